@@ -1,0 +1,1 @@
+"""torch_xla-shaped modules: ``xlalab.core.xla_model``."""

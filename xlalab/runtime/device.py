@@ -1,0 +1,204 @@
+"""The ``xla`` device in torch: PrivateUse1 renamed, with a Python guard, hooks, a device
+module, factory entry points and a device RNG.
+
+torch offers this route without a C++ extension: ``rename_privateuse1_backend("xla")``
+makes ``torch.device("xla", i)`` print ``xla:i``, a Python device guard and hooks let
+autograd run, and a boxed fallback receives the ``empty``/``empty_strided`` calls that
+factories and ``.to("xla")`` start with. Everything after that reaches
+``XlaTensor.__torch_dispatch__``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from . import backend, ir, metrics
+from .tensor import EMPTY, XlaTensor, fallback, torch_device, wrap
+
+aten = torch.ops.aten
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):  # type: ignore[misc]
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id: int) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):  # type: ignore[misc]
+    def type_(self) -> Any:
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+# --------------------------------------------------------------------------- device RNG
+
+_rng: dict[int, list[int]] = {}  # device -> [seed, offset]
+
+
+def _seed_of(device: int) -> list[int]:
+    state = _rng.get(device)
+    if state is None:
+        state = _rng[device] = [torch.initial_seed() & 0xFFFFFFFF, 0]
+    return state
+
+
+def manual_seed_all(seed: int) -> None:
+    for d in range(backend.device_count()):
+        _rng[d] = [int(seed) & 0xFFFFFFFF, 0]
+
+
+def rng_operands(device: int) -> tuple[ir.Node, ir.Node]:
+    """Seed and offset leaves for one random op; the offset advances per op.
+
+    Both are graph inputs, so a training step with dropout compiles once.
+    """
+    state = _seed_of(device)
+    offset = state[1]
+    state[1] = (offset + 1) & 0xFFFFFFFF
+    return ir.scalar(state[0], device, torch.int64), ir.scalar(offset, device, torch.int64)
+
+
+class _DeviceModule:
+    """What ``torch.xla`` / ``torch._register_device_module`` expects."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return backend.device_count() > 0
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def device_count() -> int:
+        return backend.device_count()
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def manual_seed_all(seed: int) -> None:
+        manual_seed_all(seed)
+
+    @staticmethod
+    def manual_seed(seed: int) -> None:
+        manual_seed_all(seed)
+
+    @staticmethod
+    def synchronize(device: Any = None) -> None:
+        from .graph import wait_device_ops
+
+        wait_device_ops()
+
+    @staticmethod
+    def get_amp_supported_dtype() -> list[torch.dtype]:
+        return [torch.bfloat16, torch.float16]
+
+
+# --------------------------------------------------------------------------- factories
+
+
+def _index(device: Any) -> int:
+    if device is None:
+        return 0
+    d = torch.device(device)
+    return d.index or 0
+
+
+def _empty(size: Any, dtype: torch.dtype | None, device: Any) -> XlaTensor:
+    dtype = dtype or torch.get_default_dtype()
+    index = _index(device)
+    backend.jax_device(index)  # a clear error for a device that does not exist
+    shape = tuple(int(s) for s in size)
+    return wrap(ir.Node(EMPTY, (), None, shape, dtype, index))
+
+
+def _privateuse1_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
+    """Calls that reach PrivateUse1 with no xla tensor argument: the factories."""
+    if op is aten.empty.memory_format:
+        return _empty(args[0], kwargs.get("dtype"), kwargs.get("device"))
+    if op is aten.empty_strided.default:
+        return _empty(args[0], kwargs.get("dtype"), kwargs.get("device"))
+    # Any other factory: run it on the CPU, then send the result over (counted).
+    return fallback(op, args, kwargs)
+
+
+def _factory(op: Any) -> Any:
+    """Factories with their own PrivateUse1 kernel: recorded as IR, values baked in."""
+
+    def impl(*args: Any, **kwargs: Any) -> Any:
+        device = kwargs.pop("device", None)
+        kwargs.pop("pin_memory", None)
+        kwargs.pop("layout", None)
+        if kwargs.get("dtype") is None:
+            kwargs.pop("dtype", None)
+        meta = op(*args, device="meta", **kwargs)
+        index = _index(device)
+        node = ir.Node(op, (), (tuple(args), tuple(kwargs.items())), tuple(meta.shape), meta.dtype, index)
+        metrics.count("xla::" + op._schema.name.split("::")[-1])
+        return wrap(node)
+
+    return impl
+
+
+_FACTORIES = (
+    aten.arange.default, aten.arange.start, aten.arange.start_step, aten.linspace.default,
+    aten.eye.default, aten.eye.m, aten.scalar_tensor.default, aten.full.default,
+)
+_libs: list[Any] = []
+
+
+@functools.cache
+def install() -> None:
+    """Register the xla device with torch (once per process)."""
+    torch.utils.rename_privateuse1_backend("xla")
+    torch._register_device_module("xla", _DeviceModule())
+    torch._C._acc.register_python_privateuseone_hook(_Hooks())
+    torch._C._acc.register_python_privateuseone_device_guard(_Guard())
+    fallback_lib = torch.library.Library("_", "IMPL")
+    fallback_lib.fallback(_privateuse1_fallback, "PrivateUse1")
+    aten_lib = torch.library.Library("aten", "IMPL")
+    for op in _FACTORIES:
+        aten_lib.impl(op._schema.name.split("::")[-1] + ("." + op._overloadname if op._overloadname != "default" else ""),
+                      _factory(op), "PrivateUse1")
+    _libs.extend([fallback_lib, aten_lib])
+    _patch_tensor_constructors()
+
+
+def _patch_tensor_constructors() -> None:
+    """``torch.tensor(..., device='xla')`` trips an internal assert on this route: build on
+    the CPU and move, which is what the user meant."""
+    for name in ("tensor", "as_tensor"):
+        original = getattr(torch, name)
+
+        def make(data: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            device = kwargs.get("device")
+            if device is None or torch.device(device).type != "xla":
+                return _original(data, *args, **kwargs)
+            kwargs["device"] = "cpu"
+            requires_grad = kwargs.pop("requires_grad", False)
+            out = _original(data, *args, **kwargs).to(torch.device(device))
+            return out.requires_grad_(requires_grad) if requires_grad else out
+
+        make.__doc__ = original.__doc__
+        make.__name__ = name
+        setattr(torch, name, make)
+
+
+def xla_device(n: int | None = None) -> torch.device:
+    install()
+    index = n or 0
+    backend.jax_device(index)
+    return torch_device(index)

@@ -1,0 +1,89 @@
+"""The runtime's event bus: what the debug and notebook layers subscribe to.
+
+The runtime publishes an event when it compiles, executes, syncs, falls back to the
+CPU or transfers data. Publishing costs one truthiness check when nobody listens, so
+the hot path pays nothing for the debugger it does not have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .frames import Frame
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str = field(init=False, default="event")
+    frames: tuple[Frame, ...] = ()
+
+
+@dataclass(frozen=True)
+class CompileEvent(Event):
+    """A graph was compiled (``cached`` False) or found in the compile cache."""
+
+    kind: str = field(init=False, default="compile")
+    graph_hash: int = 0
+    num_nodes: int = 0
+    seconds: float = 0.0
+    cached: bool = False
+    device: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ExecuteEvent(Event):
+    kind: str = field(init=False, default="execute")
+    graph_hash: int = 0
+    seconds: float = 0.0
+    device: str = ""
+
+
+@dataclass(frozen=True)
+class SyncEvent(Event):
+    """A barrier gathered pending tensors; ``reason`` is mark_step, item, cpu, print..."""
+
+    kind: str = field(init=False, default="sync")
+    reason: str = ""
+    num_tensors: int = 0
+    graph_hash: int = 0
+
+
+@dataclass(frozen=True)
+class FallbackEvent(Event):
+    kind: str = field(init=False, default="fallback")
+    op: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class TransferEvent(Event):
+    kind: str = field(init=False, default="transfer")
+    direction: str = ""  # "to_device" or "from_device"
+    nbytes: int = 0
+    seconds: float = 0.0
+
+
+Subscriber = Callable[[Event], None]
+_subscribers: list[Subscriber] = []
+
+
+def subscribe(fn: Subscriber) -> Callable[[], None]:
+    """Call ``fn(event)`` for every runtime event; returns a function that unsubscribes."""
+    _subscribers.append(fn)
+
+    def unsubscribe() -> None:
+        if fn in _subscribers:
+            _subscribers.remove(fn)
+
+    return unsubscribe
+
+
+def listening() -> bool:
+    return bool(_subscribers)
+
+
+def publish(event: Event) -> None:
+    for fn in list(_subscribers):
+        fn(event)

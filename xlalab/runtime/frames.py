@@ -1,0 +1,51 @@
+"""Which line of *user* code caused something.
+
+Library frames (torch, xlalab, the standard library's contextlib/functools) are
+skipped; walking ``sys._getframe`` costs a few microseconds, so it is only done when an
+event is published or IR debug is on, never on the plain hot path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import NamedTuple
+
+import torch
+
+
+class Frame(NamedTuple):
+    file: str
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.function}@{self.file}:{self.line}"
+
+
+_LIB_DIRS = tuple(
+    os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+    for m in (torch,)
+) + (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
+_STDLIB_SKIP = ("contextlib.py", "functools.py", "<frozen ", "threading.py")
+
+
+def _is_library(filename: str) -> bool:
+    return filename.startswith(_LIB_DIRS) or filename.endswith(_STDLIB_SKIP) or filename.startswith("<frozen")
+
+
+def user_frames(limit: int = 8) -> tuple[Frame, ...]:
+    """The innermost ``limit`` user frames, innermost first."""
+    out: list[Frame] = []
+    f = sys._getframe(1)
+    while f is not None and len(out) < limit:
+        code = f.f_code
+        if not _is_library(code.co_filename):
+            out.append(Frame(code.co_filename, f.f_lineno, code.co_name))
+        f = f.f_back  # type: ignore[assignment]
+    return tuple(out)
+
+
+def user_frame() -> Frame | None:
+    frames = user_frames(1)
+    return frames[0] if frames else None

@@ -1,0 +1,317 @@
+"""Sync: turn pending IR into one compiled XLA computation, cached, and run it.
+
+A barrier gathers the roots (every live storage with pending IR, in creation order),
+walks the graph once into a post-order list and an exact cache key, looks the key up,
+compiles through JAX on a miss (an ``eval_jaxpr``-style loop over the nodes, traced by
+``jax.jit``), executes, and puts device data in place of the IR.
+
+The key is the post-order sequence of node hashes plus, for every node, the positions
+of its operands: so ``a + a`` and ``a + b`` differ, while the *values* of device data
+and scalar inputs never enter it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from . import backend, config, events, ir, metrics
+from .dtypes import to_jnp
+from .frames import user_frames
+from .ir import Node
+from .lowering.registry import LOWERINGS
+
+
+class LoweringError(RuntimeError):
+    """A node could not be lowered to XLA (a bug in a lowering, or bad arguments)."""
+
+
+@dataclass
+class Graph:
+    """One linearized graph: nodes in post-order and where the roots sit."""
+
+    key: tuple[Any, ...]
+    nodes: list[Node]
+    roots: list[int]
+
+    @property
+    def hash(self) -> int:
+        return hash(self.key) & 0xFFFFFFFFFFFFFFFF
+
+
+def linearize(roots: Sequence[Node]) -> Graph:
+    index: dict[int, int] = {}
+    nodes: list[Node] = []
+    key: list[Any] = []
+    for root in roots:
+        if id(root) in index:
+            continue
+        stack = [root]
+        while stack:
+            n = stack[-1]
+            if id(n) in index:
+                stack.pop()
+                continue
+            ready = True
+            for s in n.src:
+                if id(s) not in index:
+                    stack.append(s)
+                    ready = False
+            if not ready:
+                continue
+            stack.pop()
+            index[id(n)] = len(nodes)
+            nodes.append(n)
+            key.append(n.hash)
+            if n.src:
+                key.append(tuple([index[id(s)] for s in n.src]))
+    root_pos = [index[id(r)] for r in roots]
+    key.append(tuple(root_pos))
+    key.append(roots[0].device if roots else 0)
+    return Graph(tuple(key), nodes, root_pos)
+
+
+# --------------------------------------------------------------------------- programs
+
+
+@dataclass
+class Program:
+    """A compiled graph: call it with the data leaves and the scalar vector."""
+
+    executable: Any
+    graph_hash: int
+    num_nodes: int
+    device: int
+
+    def __call__(self, datas: list[Any], scalars: Any) -> list[Any]:
+        return self.executable(datas, scalars)  # type: ignore[no-any-return]
+
+
+CACHE: dict[tuple[Any, ...], Program] = {}
+
+
+def _instructions(graph: Graph) -> tuple[list[Any], list[int], int, int]:
+    """Static per-node instructions; they keep no Node (so no device array) alive."""
+    pos = {id(n): i for i, n in enumerate(graph.nodes)}
+    instrs: list[Any] = []
+    n_data = n_scalar = 0
+    for n in graph.nodes:
+        if n.op is ir.DATA:
+            instrs.append(("data", n_data))
+            n_data += 1
+        elif n.op is ir.SCALAR:
+            instrs.append(("scalar", n_scalar, n.dtype))
+            n_scalar += 1
+        else:
+            weak = tuple(i for i, s in enumerate(n.src) if s.op is ir.SCALAR and s.dtype == torch.float64)
+            tensor_dtypes = [s.dtype for s in n.src if s.op is not ir.SCALAR]
+            instrs.append(("op", n.op, n.arg, n.shape, n.dtype, n.outs, tuple(pos[id(s)] for s in n.src),
+                           weak, _compute_dtype(n.dtype, tensor_dtypes), n.src[0].shape if n.src else None))
+    return instrs, graph.roots, n_data, n_scalar
+
+
+def _compute_dtype(out: torch.dtype | None, operands: list[torch.dtype | None]) -> torch.dtype:
+    """The dtype a float scalar input takes inside an op (torch's scalar promotion)."""
+    if out is not None and (out.is_floating_point or out.is_complex):
+        return out
+    for d in operands:
+        if d is not None and (d.is_floating_point or d.is_complex):
+            return d
+    return torch.get_default_dtype()
+
+
+def _subst(a: Any, vals: list[Any]) -> Any:
+    tp = type(a)
+    if tp is ir.Slot:
+        return vals[a.i]
+    if tp is ir.Const:
+        return a.value
+    if tp is tuple:
+        items = [_subst(x, vals) for x in a]
+        return items if any(type(x) is ir.Slot for x in a) else tuple(items)
+    return a
+
+
+def _cast(x: Any, dtype: torch.dtype) -> Any:
+    want = to_jnp(dtype)
+    return x if x.dtype == want else x.astype(want)
+
+
+def lower_node(instr: tuple[Any, ...], vals: list[Any]) -> Any:
+    """Evaluate one op node on traced JAX values."""
+    _, op, arg, shape, dtype, outs, _, weak, cdtype, src0_shape = instr
+    if weak:
+        vals = list(vals)
+        for i in weak:
+            vals[i] = vals[i].astype(to_jnp(cdtype))
+    if op is ir.ITEM:
+        return vals[0][arg]
+    special = SPECIAL_LOWERINGS.get(op)
+    if special is not None:
+        return special(vals, arg, shape, dtype)
+    fn = LOWERINGS.get(op)
+    if fn is None:
+        raise LoweringError(f"xlalab has no lowering for {op}")
+    tpl, ktpl = arg
+    args = [_subst(a, vals) for a in tpl]
+    kwargs = {k: _subst(v, vals) for k, v in ktpl}
+    rng = kwargs.pop("__rng__", None)
+    if rng is not None:
+        seed, offset = rng
+        key = jax.random.PRNGKey(seed.astype(jnp.uint32))
+        kwargs["key"] = jax.random.fold_in(key, offset.astype(jnp.uint32))
+    try:
+        res = fn(*args, **kwargs)
+    except Exception as e:
+        raise LoweringError(f"lowering {op} failed: {type(e).__name__}: {e}") from e
+    if outs is None:
+        return _checked(op, res, shape, dtype)
+    return tuple(None if r is None else _checked(op, r, s, d) for r, (s, d) in zip(res, outs))
+
+
+def _checked(op: Any, res: Any, shape: Any, dtype: torch.dtype) -> Any:
+    res = jnp.asarray(res)
+    if tuple(res.shape) != tuple(shape):
+        raise LoweringError(f"lowering of {op} gave shape {tuple(res.shape)}, torch expects {tuple(shape)}")
+    return _cast(res, dtype)
+
+
+# Nodes that are not aten ops: registered here, beside the graph machinery that makes them.
+SPECIAL_LOWERINGS: dict[Any, Callable[[list[Any], Any, Any, Any], Any]] = {}
+
+
+def build_function(graph: Graph) -> Callable[[list[Any], Any], list[Any]]:
+    instrs, roots, _, _ = _instructions(graph)
+
+    def run(datas: list[Any], scalars: Any) -> list[Any]:
+        env: list[Any] = []
+        for ins in instrs:
+            kind = ins[0]
+            if kind == "data":
+                env.append(datas[ins[1]])
+            elif kind == "scalar":
+                env.append(scalars[ins[1]])
+            else:
+                env.append(lower_node(ins, [env[i] for i in ins[6]]))
+        return [env[i] for i in roots]
+
+    return run
+
+
+def compile_graph(graph: Graph, datas: list[Any], scalars: Any) -> Program:
+    t0 = time.perf_counter_ns()
+    fn = build_function(graph)
+    try:
+        executable = jax.jit(fn).lower(datas, scalars).compile()
+    except LoweringError:
+        raise
+    except Exception as e:
+        raise LoweringError(f"XLA failed to compile graph {graph.hash:x}: {e}") from e
+    dt = time.perf_counter_ns() - t0
+    metrics.record("CompileTime", dt)
+    metrics.count("UncachedCompile")
+    prog = Program(executable, graph.hash, len(graph.nodes), graph.key[-1])
+    if events.listening():
+        events.publish(events.CompileEvent(graph_hash=graph.hash, num_nodes=len(graph.nodes), seconds=dt / 1e9,
+                                           cached=False, device=f"xla:{prog.device}", frames=user_frames()))
+    return prog
+
+
+# --------------------------------------------------------------------------- execution
+
+
+def _inputs(graph: Graph, device: int) -> tuple[list[Any], Any]:
+    datas = [n.value for n in graph.nodes if n.op is ir.DATA]
+    vals = [float(n.value) for n in graph.nodes if n.op is ir.SCALAR]
+    scalars = jax.device_put(np.asarray(vals, dtype=np.float64), backend.jax_device(device))
+    return datas, scalars
+
+
+def execute(roots: Sequence[Node], reason: str) -> list[Any]:
+    """Compute ``roots`` (all on one device) and return their arrays."""
+    graph = linearize(roots)
+    device = graph.key[-1]
+    datas, scalars = _inputs(graph, device)
+    metrics.record("TensorsGraphSize", len(graph.nodes), "number")
+    prog = CACHE.get(graph.key)
+    if prog is None:
+        prog = CACHE[graph.key] = compile_graph(graph, datas, scalars)
+    else:
+        metrics.count("CachedCompile")
+        if events.listening():
+            events.publish(events.CompileEvent(graph_hash=prog.graph_hash, num_nodes=prog.num_nodes, cached=True,
+                                               device=f"xla:{device}", frames=user_frames()))
+    t0 = time.perf_counter_ns()
+    outs = prog(datas, scalars)
+    if config.get("XLA_SYNC_WAIT"):
+        jax.block_until_ready(outs)
+    dt = time.perf_counter_ns() - t0
+    metrics.record("ExecuteTime", dt)
+    metrics.count("ExecuteComputation")
+    if events.listening():
+        events.publish(events.ExecuteEvent(graph_hash=prog.graph_hash, seconds=dt / 1e9, device=f"xla:{device}",
+                                           frames=user_frames()))
+        events.publish(events.SyncEvent(reason=reason, num_tensors=len(roots), graph_hash=prog.graph_hash,
+                                        frames=user_frames()))
+    return list(outs)
+
+
+def sync(reason: str = "mark_step", device: int | None = None) -> None:
+    """Materialize every live tensor with pending IR (a step barrier)."""
+    from .tensor import forget_pending, pending_storages
+
+    storages = pending_storages(device)
+    by_device: dict[int, list[Any]] = {}
+    for st in storages:
+        by_device.setdefault(st.device, []).append(st)
+    for dev, group in sorted(by_device.items()):
+        arrays = execute([st.node for st in group], reason)
+        for st, array in zip(group, arrays):
+            st.node = ir.data(array, st.node.shape, st.node.dtype, dev)
+    forget_pending(storages)
+
+
+def materialize(nodes: Sequence[Node], storages: Sequence[Any], reason: str) -> list[Any]:
+    """Arrays for ``nodes`` (values of tensors over ``storages``), syncing those storages only."""
+    from .tensor import forget_pending
+
+    if all(n.op is ir.DATA for n in nodes):
+        return [n.value for n in nodes]
+    bases: list[Any] = []
+    seen: set[int] = set()
+    for st in storages:
+        if st.node.op is not ir.DATA and id(st) not in seen:
+            seen.add(id(st))
+            bases.append(st)
+    results: list[Any] = [None] * len(nodes)
+    by_device: dict[int, list[int]] = {}
+    for i, n in enumerate(nodes):
+        if n.op is ir.DATA:
+            results[i] = n.value
+        else:
+            by_device.setdefault(n.device, []).append(i)
+    for dev in sorted(by_device):
+        group = [st for st in bases if st.device == dev]
+        idx = by_device[dev]
+        roots = [st.node for st in group] + [nodes[i] for i in idx]
+        arrays = execute(roots, reason)
+        for st, array in zip(group, arrays):
+            st.node = ir.data(array, st.node.shape, st.node.dtype, dev)
+        for i, array in zip(idx, arrays[len(group):]):
+            results[i] = array
+    forget_pending(bases)
+    return results
+
+
+def wait_device_ops() -> None:
+    """Block until every dispatched computation has finished."""
+    jax.effects_barrier()
+    for arr in jax.live_arrays():
+        arr.block_until_ready()

@@ -1,0 +1,138 @@
+"""The lazy IR: one small immutable node type.
+
+Every recorded aten op becomes a ``Node``. Leaves are device data (a JAX array) or
+scalar graph inputs (a Python float such as a learning rate, fed at run time so that
+changing it never recompiles). A node's structural ``hash`` is computed once, when it
+is created, from its op, static arguments and its operands' hashes - never from tensor
+values - so the sync never re-hashes the graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+Shape = tuple[int, ...]
+
+# Leaf kinds. Op nodes use the aten OpOverload itself as ``op``.
+DATA = "xla::device_data"
+SCALAR = "xla::scalar"
+ITEM = "xla::getitem"  # output i of a multi-output node
+
+
+class Slot:
+    """Marks where operand ``i`` sits inside a node's static-argument template."""
+
+    __slots__ = ("i", "_hash")
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+        self._hash = hash(("xla::slot", i))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Slot) and other.i == self.i
+
+    def __repr__(self) -> str:
+        return f"%{self.i}"
+
+
+SLOTS = [Slot(i) for i in range(4096)]
+
+
+class Const:
+    """An integer or bool baked into a graph (from a wrapped Python number)."""
+
+    __slots__ = ("value", "dtype", "_hash")
+
+    def __init__(self, value: Any, dtype: torch.dtype) -> None:
+        self.value = value
+        self.dtype = dtype
+        self._hash = hash(("xla::const", value, dtype))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Const) and other.value == self.value and other.dtype == self.dtype
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+def slot(i: int) -> Slot:
+    return SLOTS[i] if i < len(SLOTS) else Slot(i)
+
+
+class Node:
+    """One value in the pending graph.
+
+    ``op``       the aten OpOverload, or DATA / SCALAR / ITEM
+    ``src``      operand nodes
+    ``arg``      static arguments: ``(args_template, kwargs_template)`` with operands
+                 replaced by ``Slot``s; for ITEM the output index
+    ``shape``    output shape (None for a multi-output node, see ``outs``)
+    ``dtype``    output torch dtype
+    ``value``    the JAX array (DATA) or Python number (SCALAR)
+    ``outs``     per-output (shape, dtype) of a multi-output node
+    ``frames``   where user code created it (only with IR debug on)
+    """
+
+    __slots__ = ("op", "src", "arg", "shape", "dtype", "hash", "value", "outs", "frames", "device", "__weakref__")
+
+    def __init__(
+        self,
+        op: Any,
+        src: tuple[Node, ...],
+        arg: Any,
+        shape: Shape | None,
+        dtype: torch.dtype | None,
+        device: int,
+        value: Any = None,
+        outs: tuple[tuple[Shape, torch.dtype], ...] | None = None,
+        frames: Any = None,
+    ) -> None:
+        self.op = op
+        self.src = src
+        self.arg = arg
+        self.shape = shape
+        self.dtype = dtype
+        self.device = device
+        self.value = value
+        self.outs = outs
+        self.frames = frames
+        if op is DATA or op is SCALAR:
+            self.hash = hash((op, shape, dtype))
+        else:
+            self.hash = hash((op, arg, shape, dtype, tuple([s.hash for s in src])))
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.op is DATA or self.op is SCALAR
+
+    @property
+    def name(self) -> str:
+        """torch_xla-style op name: ``aten::add``, ``xla::device_data``."""
+        op = self.op
+        if isinstance(op, str):
+            return op
+        return op._schema.name
+
+    def __repr__(self) -> str:
+        return f"Node({self.name}, shape={self.shape}, dtype={self.dtype})"
+
+
+def data(array: Any, shape: Shape, dtype: torch.dtype, device: int) -> Node:
+    return Node(DATA, (), None, shape, dtype, device, value=array)
+
+
+def scalar(value: float, device: int, dtype: torch.dtype = torch.float64) -> Node:
+    return Node(SCALAR, (), None, (), dtype, device, value=value)
+
+
+def item(multi: Node, i: int) -> Node:
+    shape, dtype = multi.outs[i]  # type: ignore[index]
+    return Node(ITEM, (multi,), i, shape, dtype, multi.device)

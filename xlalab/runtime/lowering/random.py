@@ -1,0 +1,74 @@
+"""Random ops: each receives ``key``, a JAX PRNG key made from the device RNG's seed and
+a per-op offset (both graph inputs, so a step with dropout compiles once)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from .registry import lowering
+
+aten = torch.ops.aten
+
+
+def _float(x: Any) -> Any:
+    return x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32
+
+
+@lowering(aten.normal_.default)
+def _normal(x: Any, mean: float = 0.0, std: float = 1.0, *, key: Any) -> Any:
+    return (jax.random.normal(key, x.shape, _float(x)) * std + mean).astype(x.dtype)
+
+
+@lowering(aten.uniform_.default)
+def _uniform(x: Any, low: float = 0.0, high: float = 1.0, *, key: Any) -> Any:
+    return jax.random.uniform(key, x.shape, _float(x), low, high).astype(x.dtype)
+
+
+@lowering(aten.bernoulli_.float, aten.bernoulli.p)
+def _bernoulli_p(x: Any, p: float = 0.5, *, key: Any) -> Any:
+    return jax.random.bernoulli(key, p, x.shape).astype(x.dtype)
+
+
+@lowering(aten.bernoulli_.Tensor)
+def _bernoulli_t(x: Any, p: Any, *, key: Any) -> Any:
+    return jax.random.bernoulli(key, jnp.broadcast_to(p, x.shape)).astype(x.dtype)
+
+
+@lowering(aten.bernoulli.default)
+def _bernoulli(x: Any, *, key: Any) -> Any:
+    return jax.random.bernoulli(key, x).astype(x.dtype)
+
+
+@lowering(aten.exponential_.default)
+def _exponential(x: Any, lambd: float = 1.0, *, key: Any) -> Any:
+    return (jax.random.exponential(key, x.shape, _float(x)) / lambd).astype(x.dtype)
+
+
+@lowering(getattr(aten.random_, "from"))
+def _random_from(x: Any, low: int, high: Any = None, *, key: Any) -> Any:
+    hi = high if high is not None else jnp.iinfo(jnp.int64).max
+    return jax.random.randint(key, x.shape, low, hi, jnp.int64).astype(x.dtype)
+
+
+@lowering(aten.random_.to)
+def _random_to(x: Any, high: int, *, key: Any) -> Any:
+    return jax.random.randint(key, x.shape, 0, high, jnp.int64).astype(x.dtype)
+
+
+@lowering(aten.random_.default)
+def _random(x: Any, *, key: Any) -> Any:
+    hi = 2 ** min(jnp.finfo(x.dtype).nmant + 1, 53) if jnp.issubdtype(x.dtype, jnp.floating) else 2**31
+    return jax.random.randint(key, x.shape, 0, hi, jnp.int64).astype(x.dtype)
+
+
+@lowering(aten.native_dropout.default)
+def _native_dropout(x: Any, p: float, train: Any = True, *, key: Any) -> Any:
+    if train is False or p == 0:
+        return x, jnp.ones(x.shape, jnp.bool_)
+    keep = jax.random.bernoulli(key, 1.0 - p, x.shape)
+    scale = 1.0 / (1.0 - p) if p < 1 else 0.0
+    return jnp.where(keep, x * scale, 0).astype(x.dtype), keep

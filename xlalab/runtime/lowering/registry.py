@@ -1,0 +1,48 @@
+"""The one table from aten overloads to JAX functions.
+
+A lowering is registered beside its op with one decorator line::
+
+    @lowering(aten.add.Tensor, aten.add.Scalar)
+    def _add(x, y, alpha=1):
+        return x + y * alpha
+
+Contract (what a lowering function receives and returns):
+
+* It is called with the aten op's arguments exactly as torch dispatch passed them
+  (positional args, then keyword args by their schema names).
+* Tensor arguments arrive as JAX arrays whose dtype mirrors the torch dtype
+  (int64 stays int64: xlalab enables JAX's x64 mode). Lists of tensors arrive as
+  lists of arrays; an absent optional tensor is ``None``.
+* ``Scalar``-typed arguments arrive either as Python numbers (ints, bools) or as
+  0-d JAX arrays (floats are graph inputs so that a changing learning rate does not
+  recompile), already cast to the op's compute dtype.
+* Everything else (ints, int lists, bools, ``torch.dtype``...) arrives as the
+  Python value; int lists arrive as tuples.
+* It returns one array, or a tuple/list of arrays for multi-output ops. The runtime
+  casts each result to the dtype torch's meta kernel predicts, so a lowering must
+  get the *shape* right and may be loose about dtype promotion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch._ops import OpOverload
+
+Lowering = Callable[..., Any]
+
+LOWERINGS: dict[OpOverload, Lowering] = {}
+
+
+def lowering(*ops: OpOverload) -> Callable[[Lowering], Lowering]:
+    """Register ``fn`` as the JAX lowering of every overload in ``ops``."""
+
+    def register(fn: Lowering) -> Lowering:
+        for op in ops:
+            if not isinstance(op, OpOverload):
+                raise TypeError(f"lowering() takes aten overloads such as aten.add.Tensor, got {op!r}")
+            LOWERINGS[op] = fn
+        return fn
+
+    return register

@@ -1,0 +1,157 @@
+"""Lowerings of view ops, and of ``xla::update_view``: a write through a view.
+
+Reading a view applies its chain of view ops to the base. Writing through a view must
+change the base at exactly the elements the view covers. One general mechanism serves
+every view op: apply the same chain to an iota of the base's flat positions, which
+yields the base position of each view element, then scatter the new values there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from ..graph import SPECIAL_LOWERINGS, _subst
+from ..tensor import UPDATE_VIEW
+from .registry import lowering
+
+aten = torch.ops.aten
+
+
+def _canon(d: int, n: int) -> int:
+    return d + n if d < 0 else d
+
+
+@lowering(aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default)
+def _view(x: Any, size: Any, *_: Any) -> Any:
+    return jnp.reshape(x, _infer(size, x.size))
+
+
+def _infer(size: Any, numel: int) -> tuple[int, ...]:
+    size = tuple(int(s) for s in size)
+    if -1 in size:
+        known = int(np.prod([s for s in size if s != -1]))
+        size = tuple(numel // max(known, 1) if s == -1 else s for s in size)
+    return size
+
+
+@lowering(aten.expand.default)
+def _expand(x: Any, size: Any, implicit: bool = False) -> Any:
+    size = tuple(size)
+    lead = len(size) - x.ndim
+    shape = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(size))
+    return jnp.broadcast_to(x, shape)
+
+
+@lowering(aten.permute.default)
+def _permute(x: Any, dims: Any) -> Any:
+    return jnp.transpose(x, tuple(_canon(d, x.ndim) for d in dims))
+
+
+@lowering(aten.t.default)
+def _t(x: Any) -> Any:
+    return x.T if x.ndim == 2 else x
+
+
+@lowering(aten.transpose.int)
+def _transpose(x: Any, a: int, b: int) -> Any:
+    return jnp.swapaxes(x, a, b) if x.ndim else x
+
+
+@lowering(aten.select.int)
+def _select(x: Any, dim: int, index: int) -> Any:
+    dim = _canon(dim, x.ndim)
+    return lax.index_in_dim(x, _canon(index, x.shape[dim]), dim, keepdims=False)
+
+
+@lowering(aten.slice.Tensor)
+def _slice(x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Any:
+    dim = _canon(dim, x.ndim)
+    n = x.shape[dim]
+    start, end, _ = slice(start, end, step).indices(n)
+    end = max(end, start)
+    return lax.slice_in_dim(x, start, end, step, dim)
+
+
+@lowering(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims)
+def _squeeze(x: Any, dim: Any = None) -> Any:
+    if dim is None:
+        dims = tuple(i for i, s in enumerate(x.shape) if s == 1)
+    else:
+        dims = tuple(_canon(d, max(x.ndim, 1)) for d in ((dim,) if isinstance(dim, int) else dim))
+        dims = tuple(d for d in dims if x.ndim and x.shape[d] == 1)
+    return jnp.squeeze(x, dims) if dims else x
+
+
+@lowering(aten.unsqueeze.default)
+def _unsqueeze(x: Any, dim: int) -> Any:
+    return jnp.expand_dims(x, _canon(dim, x.ndim + 1))
+
+
+@lowering(aten.alias.default, aten.lift_fresh.default, aten.detach.default)
+def _alias(x: Any) -> Any:
+    return x
+
+
+@lowering(aten.diagonal.default)
+def _diagonal(x: Any, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
+    return jnp.diagonal(x, offset, _canon(dim1, x.ndim), _canon(dim2, x.ndim))
+
+
+@lowering(aten.as_strided.default)
+def _as_strided(x: Any, size: Any, stride: Any, storage_offset: Any = None) -> Any:
+    # xla tensors are contiguous over their base: gather by computed flat positions.
+    idx = np.full(tuple(size), storage_offset or 0, dtype=np.int64)
+    for d, (n, s) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        idx = idx + (np.arange(n) * s).reshape(shape)
+    return jnp.ravel(x)[idx]
+
+
+@lowering(aten.unfold.default)
+def _unfold(x: Any, dim: int, size: int, step: int) -> Any:
+    dim = _canon(dim, max(x.ndim, 1))
+    n = (x.shape[dim] - size) // step + 1 if x.ndim else 1
+    idx = (np.arange(n)[:, None] * step + np.arange(size)[None, :])
+    moved = jnp.moveaxis(x, dim, -1) if x.ndim else x[None]
+    out = moved[..., idx]  # [..., n, size]
+    return jnp.moveaxis(out, -2, dim)
+
+
+@lowering(aten.view.dtype)
+def _view_dtype(x: Any, dtype: torch.dtype) -> Any:
+    from ..dtypes import to_jnp
+
+    return lax.bitcast_convert_type(x, to_jnp(dtype))
+
+
+def _update_view(vals: list[Any], chain: Any, shape: Any, dtype: Any) -> Any:
+    """base' = base with the view's elements replaced by ``src``."""
+    base, src = vals
+    positions: Any = jnp.arange(base.size, dtype=jnp.int64).reshape(base.shape)
+    for func, tpl in chain:
+        positions = _apply_view(func, positions, tpl)
+    src = jnp.broadcast_to(src.astype(base.dtype), positions.shape)
+    return jnp.ravel(base).at[jnp.ravel(positions)].set(jnp.ravel(src)).reshape(base.shape)
+
+
+def _apply_view(func: Any, x: Any, tpl: Any) -> Any:
+    from .registry import LOWERINGS
+
+    args = [_subst(a, []) for a in tpl]
+    return LOWERINGS[func](x, *args)
+
+
+def _empty(vals: list[Any], arg: Any, shape: Any, dtype: Any) -> Any:
+    from ..dtypes import to_jnp
+
+    return jnp.zeros(shape, to_jnp(dtype))
+
+
+SPECIAL_LOWERINGS[UPDATE_VIEW] = _update_view
+SPECIAL_LOWERINGS["xla::empty"] = _empty

@@ -1,0 +1,849 @@
+"""Tensors on ``xla`` devices: a wrapper subclass whose aten ops record IR.
+
+The path an op takes reads top to bottom in ``XlaTensor.__torch_dispatch__``: find the
+op's handler (resolved once per overload and cached), which records a node, or updates
+a storage for in-place ops, or makes a view, or falls back to eager CPU.
+
+State shared between aliases lives in a ``Storage``: ``nn.Parameter(t)``, ``t.detach()``,
+``.data`` and every view of a tensor point at the same storage, so a write through any
+of them is seen by all, as in eager PyTorch. A view is its base storage plus a chain of
+view ops; reading it applies the chain to the base's current value, writing through it
+scatters into the base (``xla::update_view``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._ops import OpOverload
+
+from . import backend, events, ir, metrics
+from .frames import user_frames
+from .ir import Node, slot
+from .lowering.registry import LOWERINGS
+
+aten = torch.ops.aten
+Handler = Callable[[OpOverload, tuple[Any, ...], dict[str, Any]], Any]
+
+
+# --------------------------------------------------------------------------- storage
+
+
+class Storage:
+    """The current value of a base tensor, shared by all its aliases and views."""
+
+    __slots__ = ("node", "serial", "device", "ref", "__weakref__")
+
+    def __init__(self, node: Node, device: int) -> None:
+        self.node = node
+        self.device = device
+        self.serial = next(_serials)
+        # One weak reference per storage: it keys the pending set and counts deaths.
+        self.ref = weakref.ref(self, _on_storage_death)
+        metrics.count("CreateXlaTensor")
+        if node.op is not ir.DATA:
+            _pending[self.serial] = self.ref
+
+
+_serials = itertools.count()
+# Storages whose node is pending IR, by creation serial: the roots of the next sync.
+_pending: dict[int, weakref.ref[Storage]] = {}
+
+
+def _on_storage_death(ref: weakref.ref[Storage]) -> None:
+    metrics.count("DestroyXlaTensor")
+
+
+def set_node(st: Storage, node: Node) -> None:
+    """Give a storage a new value (pending IR or device data)."""
+    st.node = node
+    if node.op is not ir.DATA:
+        _pending[st.serial] = st.ref
+
+
+def pending_storages(device: int | None = None) -> list[Storage]:
+    """Every live storage with pending IR, in creation order (the sync's roots)."""
+    out = []
+    for serial in sorted(_pending):
+        st = _pending[serial]()
+        if st is not None and st.node.op is not ir.DATA and (device is None or st.device == device):
+            out.append(st)
+    return out
+
+
+def forget_pending(storages: list[Storage]) -> None:
+    for st in storages:
+        _pending.pop(st.serial, None)
+    # Drop entries of storages that died while pending.
+    for serial in [s for s, r in _pending.items() if r() is None]:
+        del _pending[serial]
+
+
+# --------------------------------------------------------------------------- the tensor
+
+_DEVICES: list[torch.device] = []
+
+
+def torch_device(index: int) -> torch.device:
+    while len(_DEVICES) <= index:
+        _DEVICES.append(torch.device("xla", len(_DEVICES)))
+    return _DEVICES[index]
+
+
+class XlaTensor(torch.Tensor):
+    """A tensor on an ``xla`` device. Its value is ``value(t)``: pending IR or device data."""
+
+    _st: Storage
+    _chain: tuple[tuple[OpOverload, Any], ...]
+    _vcache: tuple[Node, Node] | None
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # type: ignore[override]
+        handler = _HANDLERS.get(func)
+        if handler is None:
+            handler = _resolve(func)
+        t0 = time.perf_counter_ns()
+        out = handler(func, args, kwargs or {})
+        metrics.record("LazyTracing", time.perf_counter_ns() - t0)
+        return out
+
+    # ---- reading values: these are barriers for this tensor
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
+        return _format(self, "print")
+
+    def __str__(self) -> str:
+        return _format(self, "print")
+
+    def tolist(self) -> Any:  # type: ignore[override]
+        return to_cpu(self, "tolist").tolist()
+
+    def numpy(self, *, force: bool = False) -> Any:  # type: ignore[override]
+        if self.requires_grad and not force:
+            raise RuntimeError(
+                "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
+            )
+        return to_cpu(self, "numpy").numpy()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        arr = to_cpu(self, "numpy").numpy()
+        return arr if dtype is None else arr.astype(dtype)
+
+    # ---- aliasing: ``.data`` shares the storage; assigning it re-points this tensor
+    @property  # type: ignore[override]
+    def data(self) -> torch.Tensor:
+        with torch.no_grad():
+            return self.detach()
+
+    @data.setter
+    def data(self, other: torch.Tensor) -> None:
+        if not isinstance(other, XlaTensor):
+            other = other.to(self.device)
+        torch._C.TensorBase.data.__set__(self, other)  # type: ignore[attr-defined]
+        assert isinstance(other, XlaTensor)
+        self._st, self._chain, self._vcache = other._st, other._chain, None
+
+    # ---- the seeds' caveat: copy.copy of an xla tensor is a deep copy
+    def __copy__(self) -> torch.Tensor:
+        return self.__deepcopy__({})
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            out = self.detach().clone()
+        out.requires_grad_(self.requires_grad)
+        memo[id(self)] = out
+        return out
+
+
+def wrap(node: Node, st: Storage | None = None, chain: tuple[Any, ...] = ()) -> XlaTensor:
+    """A new tensor object for ``node`` (a new storage unless one is given)."""
+    if st is None:
+        st = Storage(node, node.device)
+    t = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
+        XlaTensor, node.shape, dtype=node.dtype, device=torch_device(node.device)
+    )
+    t._st = st
+    t._chain = chain
+    t._vcache = None
+    return t
+
+
+def value(t: XlaTensor) -> Node:
+    """The node holding ``t``'s current value (applies a view's chain to its base)."""
+    chain = t._chain
+    base = t._st.node
+    if not chain:
+        return base
+    cached = t._vcache
+    if cached is not None and cached[0] is base:
+        return cached[1]
+    node = base
+    for func, tpl in chain:
+        node = _view_node(func, node, tpl)
+    t._vcache = (base, node)
+    return node
+
+
+def assign(t: XlaTensor, node: Node) -> None:
+    """Write ``node`` into ``t`` in place (through its view chain if it is a view)."""
+    if node.dtype != t.dtype:
+        node = convert(node, t.dtype)  # type: ignore[arg-type]
+    if tuple(node.shape) != tuple(t.shape):  # type: ignore[arg-type]
+        node = expand(node, tuple(t.shape))
+    st = t._st
+    if not t._chain:
+        set_node(st, node)
+        return
+    base = st.node
+    set_node(st, Node(UPDATE_VIEW, (base, node), t._chain, base.shape, base.dtype, base.device))
+
+
+UPDATE_VIEW = "xla::update_view"
+EMPTY = "xla::empty"
+
+
+def convert(node: Node, dtype: torch.dtype) -> Node:
+    return Node(aten._to_copy.default, (node,), ((slot(0),), (("dtype", dtype),)), node.shape, dtype, node.device)
+
+
+def expand(node: Node, shape: tuple[int, ...]) -> Node:
+    return Node(aten.expand.default, (node,), ((slot(0), shape), ()), shape, node.dtype, node.device)
+
+
+# --------------------------------------------------------------------------- recording
+
+_META: dict[Any, Any] = {}  # signature -> output metadata, or _NO_META
+_NO_META = object()
+
+
+class OpInfo:
+    """What the recorder needs to know about an overload, computed once."""
+
+    __slots__ = ("func", "counter", "scalar_pos", "scalar_kw")
+
+    def __init__(self, func: OpOverload) -> None:
+        self.func = func
+        self.counter = "xla::" + func._schema.name.split("::")[-1]
+        args = func._schema.arguments
+        self.scalar_pos = frozenset(
+            i for i, a in enumerate(args) if not a.kwarg_only and "number" in str(a.type)
+        )
+        self.scalar_kw = frozenset(a.name for a in args if "number" in str(a.type))
+
+
+_INFO: dict[OpOverload, OpInfo] = {}
+
+
+def info(func: OpOverload) -> OpInfo:
+    i = _INFO.get(func)
+    if i is None:
+        i = _INFO[func] = OpInfo(func)
+    return i
+
+
+class _Recorder:
+    """Turns one call's arguments into a template, operand nodes and a meta signature."""
+
+    __slots__ = ("operands", "sig", "device", "metas")
+
+    def __init__(self) -> None:
+        self.operands: list[Node] = []
+        self.sig: list[Any] = []
+        self.device = -1
+        self.metas: list[Any] = []  # stand-ins for the meta call, per operand
+
+    def operand(self, node: Node, meta: Any) -> ir.Slot:
+        s = slot(len(self.operands))
+        self.operands.append(node)
+        self.metas.append(meta)
+        return s
+
+    def tensor(self, t: XlaTensor) -> ir.Slot:
+        node = value(t)
+        dev = node.device
+        if self.device != dev:
+            if self.device >= 0:
+                raise RuntimeError(
+                    f"Expected all tensors to be on the same device, but found at least two devices, "
+                    f"xla:{self.device} and xla:{dev}!"
+                )
+            self.device = dev
+        self.sig.append((node.shape, node.dtype))
+        return self.operand(node, None)
+
+    def node(self, n: Node) -> ir.Slot:
+        self.device = n.device
+        self.sig.append((n.shape, n.dtype))
+        return self.operand(n, None)
+
+    def scalar(self, v: float, meta: Any) -> ir.Slot:
+        self.sig.append(("s", type(meta) if not isinstance(meta, torch.Tensor) else (meta.dtype, meta.dim())))
+        return self.operand(ir.scalar(v, max(self.device, 0)), meta)
+
+    def value(self, a: Any, is_scalar: bool) -> Any:
+        tp = type(a)
+        if tp is XlaTensor:
+            return self.tensor(a)
+        if tp is Node:
+            return self.node(a)
+        if tp is float and is_scalar:
+            return self.scalar(a, a)
+        if tp is list or tp is tuple:
+            return tuple([self.value(x, is_scalar) for x in a])
+        if isinstance(a, torch.Tensor):
+            return self.cpu_tensor(a)
+        return a
+
+    def cpu_tensor(self, t: torch.Tensor) -> Any:
+        if t.dim() == 0 and t.device.type == "cpu":
+            # A wrapped Python number or a 0-d CPU tensor: floats become graph inputs
+            # (so they never recompile), integers and bools are baked in.
+            if t.dtype.is_floating_point:
+                return self.scalar(t.item(), t)
+            const = ir.Const(t.item(), t.dtype)
+            self.sig.append(const)
+            return const
+        # A CPU tensor mixed into an xla op: move it over, as data.
+        dev = max(self.device, 0)
+        node = to_device_node(t, dev)
+        return self.node(node)
+
+
+def _template(rec: _Recorder, inf: OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    sp = inf.scalar_pos
+    tpl = tuple([rec.value(a, i in sp) for i, a in enumerate(args)])
+    if kwargs:
+        sk = inf.scalar_kw
+        ktpl = tuple([(k, rec.value(v, k in sk)) for k, v in kwargs.items()])
+    else:
+        ktpl = ()
+    return tpl, ktpl
+
+
+def _meta_arg(rec: _Recorder, a: Any) -> Any:
+    """The stand-in for a template entry in a meta-device call."""
+    if type(a) is ir.Slot:
+        n = rec.operands[a.i]
+        m = rec.metas[a.i]
+        if m is not None:
+            return m
+        return torch.empty(n.shape, dtype=n.dtype, device="meta")
+    if type(a) is ir.Const:
+        return torch.tensor(a.value, dtype=a.dtype)
+    if type(a) is tuple:
+        return [_meta_arg(rec, x) for x in a]
+    return a
+
+
+def _compute_meta(func: OpOverload, rec: _Recorder, tpl: Any, ktpl: Any) -> Any:
+    """Output metadata from torch's own meta kernels: torch's shape and dtype rules."""
+    margs = [_meta_arg(rec, a) for a in tpl]
+    mkw = {k: _meta_arg(rec, v) for k, v in ktpl}
+    for k, v in mkw.items():
+        if isinstance(v, torch.device) and v.type == "xla":
+            mkw[k] = torch.device("meta")
+    try:
+        out = func(*margs, **mkw)
+    except Exception:
+        return _NO_META
+    return _describe(out)
+
+
+def _describe(out: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        return (tuple(out.shape), out.dtype)
+    if isinstance(out, (tuple, list)):
+        return [_describe(o) for o in out]
+    if out is None:
+        return None
+    return _NO_META
+
+
+def record(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Node | None:
+    """Record ``func(*args, **kwargs)`` as a node; None when it must fall back to the CPU."""
+    inf = info(func)
+    rec = _Recorder()
+    tpl, ktpl = _template(rec, inf, args, kwargs)
+    key = (func, tpl, ktpl, tuple(rec.sig))
+    try:
+        meta = _META.get(key)
+    except TypeError:  # an unhashable argument: let eager PyTorch deal with it
+        return None
+    if meta is None:
+        meta = _META[key] = _compute_meta(func, rec, tpl, ktpl)
+    if meta is _NO_META:
+        return None
+    metrics.count(inf.counter)
+    src = tuple(rec.operands)
+    dev = max(rec.device, 0)
+    if type(meta) is tuple:
+        return Node(func, src, (tpl, ktpl), meta[0], meta[1], dev)
+    outs = tuple(meta)
+    if any(o is None or type(o) is not tuple for o in outs):
+        return None
+    return Node(func, src, (tpl, ktpl), None, None, dev, outs=outs)  # type: ignore[arg-type]
+
+
+def wrap_result(node: Node) -> Any:
+    if node.outs is None:
+        return wrap(node)
+    return tuple(wrap(ir.item(node, i)) for i in range(len(node.outs)))
+
+
+def _view_node(func: OpOverload, base: Node, tpl: Any) -> Node:
+    node = record(func, (base, *tpl), {})
+    if node is None:
+        raise RuntimeError(f"xlalab: the view op {func} has no shape rule for {base}")
+    return node
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+def _lowered(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    node = record(func, args, kwargs)
+    if node is None:
+        return fallback(func, args, kwargs)
+    return wrap_result(node)
+
+
+def _inplace(functional: OpOverload) -> Handler:
+    def handler(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self = args[0]
+        node = record(functional, args, kwargs)
+        if node is None or node.outs is not None:
+            return fallback(func, args, kwargs)
+        _check_inplace(func, self, node)
+        metrics.count(info(func).counter)
+        assign(self, node)
+        return self
+
+    return handler
+
+
+def _check_inplace(func: OpOverload, self: XlaTensor, node: Node) -> None:
+    if tuple(node.shape) != tuple(self.shape):  # type: ignore[arg-type]
+        raise RuntimeError(
+            f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(node.shape)}"  # type: ignore[arg-type]
+        )
+    if not torch.can_cast(node.dtype, self.dtype):  # type: ignore[arg-type]
+        raise RuntimeError(f"result type {_tname(node.dtype)} can't be cast to the desired output type {_tname(self.dtype)}")
+
+
+def _tname(d: Any) -> str:
+    return {torch.float32: "Float", torch.int64: "Long", torch.float64: "Double", torch.bool: "Bool"}.get(d, str(d))
+
+
+def _out_variant(functional: OpOverload) -> Handler:
+    def handler(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        kw = dict(kwargs)
+        out = kw.pop("out")
+        node = record(functional, args, kw)
+        if node is None or node.outs is not None or not isinstance(out, XlaTensor):
+            return fallback(func, args, kwargs)
+        if tuple(out.shape) != tuple(node.shape):  # type: ignore[arg-type]
+            # out= tensors are resized to the result, as in eager.
+            torch._C.TensorBase.data.__set__(out, wrap(node))  # type: ignore[attr-defined]
+            out._st, out._chain, out._vcache = Storage(node, node.device), (), None
+            return out
+        assign(out, node)
+        return out
+
+    return handler
+
+
+def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    base = args[0]
+    tpl = tuple(tuple(a) if type(a) is list else a for a in args[1:])
+    if kwargs:
+        # Keyword arguments of view ops are rare; normalise them to positions.
+        return _lowered(func, args, kwargs)
+    node = _view_node(func, value(base), tpl)
+    metrics.count(info(func).counter)
+    t = wrap(node, base._st, base._chain + ((func, tpl),))
+    t._vcache = (base._st.node, node)
+    return t
+
+
+def _multi_view(split: Callable[..., list[tuple[OpOverload, tuple[Any, ...]]]]) -> Handler:
+    """unbind/split are views too: each output is a select/slice of the base."""
+
+    def handler(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        base = args[0]
+        outs = []
+        for vfunc, vargs in split(base, *args[1:], **kwargs):
+            outs.append(_view(vfunc, (base, *vargs), {}))
+        metrics.count(info(func).counter)
+        return outs
+
+    return handler
+
+
+def _unbind_views(base: XlaTensor, dim: int = 0) -> list[tuple[OpOverload, tuple[Any, ...]]]:
+    return [(aten.select.int, (dim, i)) for i in range(base.shape[dim])]
+
+
+def _split_views(base: XlaTensor, split_size: Any, dim: int = 0) -> list[tuple[OpOverload, tuple[Any, ...]]]:
+    n = base.shape[dim]
+    if isinstance(split_size, int):
+        sizes = [min(split_size, n - s) for s in range(0, n, split_size)] if split_size > 0 else [n]
+        sizes = sizes or [0]
+    else:
+        sizes = list(split_size)
+    out, start = [], 0
+    for size in sizes:
+        out.append((aten.slice.Tensor, (dim, start, start + size, 1)))
+        start += size
+    return out
+
+
+def _alias(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """detach/alias: a new tensor object over the same storage and view chain."""
+    src = args[0]
+    t = wrap(value(src), src._st, src._chain)
+    t._vcache = src._vcache
+    metrics.count(info(func).counter)
+    return t
+
+
+def _copy_(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    dst, src = args[0], args[1]
+    if not isinstance(dst, XlaTensor):
+        # xla -> cpu copy into an existing CPU tensor
+        dst.copy_(to_cpu(src, "copy"))
+        return dst
+    metrics.count("xla::copy_")
+    if not isinstance(src, XlaTensor):
+        if not dst._chain and tuple(src.shape) == tuple(dst.shape):
+            set_node(dst._st, to_device_node(src, dst._st.device, dst.dtype))
+            dst._vcache = None
+            return dst
+        node = to_device_node(src, dst._st.device)
+    else:
+        node = value(src)
+        if node.device != dst._st.device:
+            node = to_device_node(to_cpu(src, "copy"), dst._st.device)
+    assign(dst, node)
+    return dst
+
+
+def _to_copy(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    src = args[0]
+    device = kwargs.get("device")
+    dtype = kwargs.get("dtype") or src.dtype
+    if device is not None and torch.device(device).type != "xla":
+        out = to_cpu(src, "cpu")
+        return out.to(dtype=dtype, device=device) if dtype != out.dtype or device != out.device else out
+    target = src._st.device if device is None else (torch.device(device).index or 0)
+    metrics.count("xla::_to_copy")
+    if target != src._st.device:
+        return wrap(to_device_node(to_cpu(src, "to"), target, dtype))
+    return wrap(convert(value(src), dtype))
+
+
+def _local_scalar_dense(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    metrics.count("aten::_local_scalar_dense")
+    _publish_fallback("aten::_local_scalar_dense", 0.0)
+    return to_cpu(args[0], "item").item()
+
+
+def _foreach(func: OpOverload) -> Handler:
+    """_foreach_* ops run as their per-tensor base op on each element."""
+    name = func._schema.name.removeprefix("aten::_foreach_")
+    inplace = name.endswith("_")
+    base_name = name.rstrip("_")
+    packet = getattr(aten, base_name)
+    overload = func._overloadname
+    candidates = {"List": ("Tensor", "default"), "Scalar": ("Scalar", "default"), "ScalarList": ("Scalar", "default"),
+                  "Tensor": ("Tensor", "default"), "default": ("default",)}.get(overload, ("default",))
+    base = next((getattr(packet, c) for c in candidates if c in packet.overloads()), None)
+    schema_args = func._schema.arguments
+
+    def handler(_: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if base is None:
+            return fallback(func, args, kwargs)
+        n = len(args[0])
+        outs = []
+        for i in range(n):
+            elem = []
+            for a, sa in zip(args, schema_args):
+                t = str(sa.type)
+                if t.startswith("List["):
+                    elem.append(a[i])
+                elif overload == "Tensor" and sa.name == "scalars":
+                    elem.append(a[i].item())
+                else:
+                    elem.append(a)
+            if inplace:
+                _inplace(base)(func, tuple(elem), kwargs)
+            else:
+                outs.append(_HANDLERS.get(base, None) or _resolve(base))
+                outs[-1] = outs[-1](base, tuple(elem), kwargs)
+        return None if inplace else outs
+
+    return handler
+
+
+def _random(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Random ops draw from the device RNG; seed and offset are graph inputs."""
+    from .device import rng_operands
+
+    kwargs = {k: v for k, v in kwargs.items() if k != "generator"}
+    if kwargs.get("generator") is not None or any(isinstance(a, torch.Generator) for a in args):
+        return fallback(func, args, kwargs)
+    args = tuple(a for a in args if not isinstance(a, torch.Generator))
+    self = args[0]
+    dev = self._st.device
+    seed, offset = rng_operands(dev)
+    name = func._schema.name
+    inplace = name.endswith("_")
+    functional = func if not inplace else None
+    inf = info(func)
+    rec = _Recorder()
+    tpl, ktpl = _template(rec, inf, args, kwargs)
+    ktpl = ktpl + (("__rng__", (rec.node(seed), rec.node(offset))),)
+    metrics.count(inf.counter)
+    src = tuple(rec.operands)
+    if func is aten.native_dropout.default:
+        outs = ((tuple(self.shape), self.dtype), (tuple(self.shape), torch.bool))
+        return wrap_result(Node(func, src, (tpl, ktpl), None, None, dev, outs=outs))
+    node = Node(func, src, (tpl, ktpl), tuple(self.shape), self.dtype, dev)
+    if functional is not None:
+        return wrap(node)
+    assign(self, node)
+    return self
+
+
+def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run an op without a lowering in eager PyTorch on the CPU, and count it."""
+    name = "aten::" + func._schema.name.split("::")[-1]
+    metrics.count(name)
+    t0 = time.perf_counter()
+    xla_args = [a for a in _flat(args, kwargs) if isinstance(a, XlaTensor)]
+    device = xla_args[0]._st.device if xla_args else 0
+    host = dict(zip(map(id, xla_args), to_cpu_many(xla_args, "fallback")))
+
+    def to_host(a: Any) -> Any:
+        if isinstance(a, XlaTensor):
+            return host[id(a)]
+        if isinstance(a, (list, tuple)):
+            return type(a)(to_host(x) for x in a)
+        if isinstance(a, torch.device) and a.type == "xla":
+            return torch.device("cpu")
+        return a
+
+    hargs = to_host(args)
+    hkwargs = {k: to_host(v) for k, v in kwargs.items()}
+    out = func(*hargs, **hkwargs)
+    # Mutated arguments get their new values back on the device.
+    for i, sa in enumerate(func._schema.arguments):
+        if sa.alias_info is not None and sa.alias_info.is_write:
+            a = args[i] if i < len(args) and not sa.kwarg_only else kwargs.get(sa.name)
+            ha = hargs[i] if i < len(args) and not sa.kwarg_only else hkwargs.get(sa.name)
+            for x, hx in zip(_as_list(a), _as_list(ha)):
+                if isinstance(x, XlaTensor):
+                    assign(x, to_device_node(hx, x._st.device))
+
+    def back(o: Any, pos: int = 0) -> Any:
+        if isinstance(o, torch.Tensor):
+            for x, hx in zip(xla_args, host.values()):
+                if o is hx:
+                    return x  # an in-place op returned its (already updated) input
+            return wrap(to_device_node(o, device))
+        if isinstance(o, (list, tuple)):
+            return type(o)(back(x) for x in o)
+        return o
+
+    result = back(out)
+    _publish_fallback(name, time.perf_counter() - t0)
+    return result
+
+
+def _publish_fallback(name: str, seconds: float) -> None:
+    if events.listening():
+        events.publish(events.FallbackEvent(op=name, seconds=seconds, frames=user_frames()))
+
+
+def _flat(args: Any, kwargs: dict[str, Any]) -> list[Any]:
+    out: list[Any] = []
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, (list, tuple)):
+            out.extend(a)
+        else:
+            out.append(a)
+    return out
+
+
+def _as_list(a: Any) -> list[Any]:
+    return list(a) if isinstance(a, (list, tuple)) else [a]
+
+
+# --------------------------------------------------------------------------- resolution
+
+VIEW_OPS = {
+    aten.view.default, aten._unsafe_view.default, aten.expand.default, aten.permute.default,
+    aten.t.default, aten.transpose.int, aten.select.int, aten.slice.Tensor, aten.squeeze.default,
+    aten.squeeze.dim, aten.squeeze.dims, aten.unsqueeze.default, aten.as_strided.default,
+    aten.diagonal.default, aten._reshape_alias.default, aten.unfold.default, aten.view.dtype,
+}
+RANDOM_OPS = {
+    aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, aten.bernoulli_.Tensor,
+    aten.bernoulli.default, aten.bernoulli.p, aten.random_.default, getattr(aten.random_, "from"), aten.random_.to,
+    aten.exponential_.default, aten.native_dropout.default,
+}
+_SPECIAL: dict[OpOverload, Handler] = {
+    aten.detach.default: _alias,
+    aten.alias.default: _alias,
+    aten.lift_fresh.default: _alias,
+    aten.copy_.default: _copy_,
+    aten._to_copy.default: _to_copy,
+    aten._local_scalar_dense.default: _local_scalar_dense,
+    aten.unbind.int: _multi_view(_unbind_views),
+    aten.split.Tensor: _multi_view(_split_views),
+    aten.split_with_sizes.default: _multi_view(_split_views),
+}
+_HANDLERS: dict[OpOverload, Handler] = {}
+# Per-op switches to the CPU fallback, e.g. bool-mask indexing whose shape depends on data.
+FALLBACK_IF: dict[OpOverload, Callable[[tuple[Any, ...]], bool]] = {}
+
+
+def _guarded(handler: Handler, predicate: Callable[[tuple[Any, ...]], bool]) -> Handler:
+    def guarded(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if predicate(args):
+            return fallback(func, args, kwargs)
+        return handler(func, args, kwargs)
+
+    return guarded
+
+
+def _functional_of(func: OpOverload) -> OpOverload | None:
+    name = func._schema.name.split("::")[-1]
+    ov = func._overloadname
+    if name.endswith("_"):
+        packet = getattr(aten, name[:-1], None)
+        cands = (ov,)
+    else:
+        packet = getattr(aten, name, None)
+        cands = tuple(c for c in (ov.removesuffix("_out").removesuffix("out"), "default", "Tensor") if c)
+    if packet is None:
+        return None
+    for c in cands:
+        if c in packet.overloads():
+            return getattr(packet, c)
+    return None
+
+
+def _decomposition(func: OpOverload) -> Handler | None:
+    from torch._decomp import decomposition_table
+
+    decomp = decomposition_table.get(func)
+    if decomp is None:
+        return None
+
+    def handler(f: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        out = decomp(*args, **kwargs)
+        return fallback(f, args, kwargs) if out is NotImplemented else out
+
+    return handler
+
+
+def _resolve(func: OpOverload) -> Handler:
+    """Pick, once per overload, how its calls are handled."""
+    schema = func._schema
+    name = schema.name
+    handler: Handler | None = _SPECIAL.get(func)
+    if handler is None and func in VIEW_OPS:
+        handler = _view
+    if handler is None and func in RANDOM_OPS:
+        handler = _random
+    if handler is None and name.startswith("aten::_foreach_"):
+        handler = _foreach(func)
+    if handler is None and func in LOWERINGS:
+        handler = _lowered
+    if handler is None and schema.is_mutable:
+        functional = _functional_of(func)
+        is_out = any(a.kwarg_only and a.name == "out" for a in schema.arguments)
+        if functional is not None and functional in LOWERINGS:
+            handler = _out_variant(functional) if is_out else _inplace(functional)
+    if handler is None:
+        handler = _decomposition(func)
+    if handler is None:
+        handler = fallback
+    if func in FALLBACK_IF:
+        handler = _guarded(handler, FALLBACK_IF[func])
+    _HANDLERS[func] = handler
+    return handler
+
+
+# --------------------------------------------------------------------------- transfers
+
+
+def to_device_node(t: torch.Tensor, device: int, dtype: torch.dtype | None = None) -> Node:
+    """Send a CPU tensor to xla:device; the result is a device-data leaf."""
+    dtype = dtype or t.dtype
+    t0 = time.perf_counter_ns()
+    array = backend.to_device(t, device, dtype)
+    dt = time.perf_counter_ns() - t0
+    nbytes = t.numel() * dtype.itemsize
+    metrics.record("TransferToDeviceTime", dt)
+    metrics.record("OutboundData", nbytes, "bytes")
+    metrics.count("CreateDataHandles")
+    if events.listening():
+        events.publish(events.TransferEvent(direction="to_device", nbytes=nbytes, seconds=dt / 1e9, frames=user_frames()))
+    return ir.data(array, tuple(t.shape), dtype, device)
+
+
+def to_cpu(t: XlaTensor, reason: str) -> torch.Tensor:
+    return to_cpu_many([t], reason)[0]
+
+
+def to_cpu_many(ts: list[XlaTensor], reason: str) -> list[torch.Tensor]:
+    """Bring tensors to the host: a barrier for exactly these tensors."""
+    from .graph import materialize
+
+    if not ts:
+        return []
+    arrays = materialize([value(t) for t in ts], [t._st for t in ts], reason)
+    out = []
+    for t, array in zip(ts, arrays):
+        t0 = time.perf_counter_ns()
+        host = backend.to_host(array, t.dtype)
+        dt = time.perf_counter_ns() - t0
+        metrics.record("TransferFromDeviceTime", dt)
+        metrics.record("InboundData", host.numel() * host.element_size(), "bytes")
+        metrics.count("xla::_to_cpu")
+        if events.listening():
+            events.publish(
+                events.TransferEvent(direction="from_device", nbytes=host.numel() * host.element_size(),
+                                     seconds=dt / 1e9, frames=user_frames())
+            )
+        out.append(host)
+    return out
+
+
+def _format(t: XlaTensor, reason: str) -> str:
+    """torch's own printing of the CPU value, with the xla device in the suffix."""
+    from torch._tensor_str import _tensor_str
+
+    host = to_cpu(t, reason)
+    prefix = "tensor("
+    body = _tensor_str(host, len(prefix)) if host.numel() or host.dim() != 1 else "[]"
+    suffixes = [f"device='{t.device}'"]
+    default_dtype = host.dtype in (torch.get_default_dtype(), torch.int64, torch.bool, torch.complex64)
+    if host.numel() == 0 and host.dim() != 1:
+        suffixes.append(f"size={tuple(host.shape)}")
+    if not default_dtype:
+        suffixes.append(f"dtype={host.dtype}")
+    if t.grad_fn is not None:
+        suffixes.append(f"grad_fn=<{type(t.grad_fn).__name__}>")
+    elif t.requires_grad:
+        suffixes.append("requires_grad=True")
+    return prefix + body + ", " + ", ".join(suffixes) + ")"
