@@ -89,7 +89,9 @@ def to_device(t: torch.Tensor, index: int, dtype: torch.dtype | None = None) -> 
         host = t.view(torch.int16).numpy().view(to_jnp(torch.bfloat16))
     else:
         host = t.numpy()
-    return jax.device_put(host, jax_device(index))
+    # device_put may alias a NumPy buffer on the CPU platform; the torch tensor it views
+    # can change later, so hand JAX a private copy.
+    return jax.device_put(np.array(host, copy=True), jax_device(index))
 
 
 def to_host(array: Any, dtype: torch.dtype) -> torch.Tensor:

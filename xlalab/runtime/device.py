@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from . import backend, ir, metrics
-from .tensor import EMPTY, XlaTensor, fallback, torch_device, wrap
+from .tensor import EMPTY, XlaTensor, fallback, record, torch_device, wrap
 
 aten = torch.ops.aten
 
@@ -144,15 +144,23 @@ def _factory(op: Any) -> Any:
         kwargs.pop("layout", None)
         if kwargs.get("dtype") is None:
             kwargs.pop("dtype", None)
-        meta = op(*args, device="meta", **kwargs)
         index = _index(device)
-        node = ir.Node(op, (), (tuple(args), tuple(kwargs.items())), tuple(meta.shape), meta.dtype, index)
+        if op in _VALUE_FACTORIES:
+            # A fill value is a Scalar like any other: a graph input, so new values never recompile.
+            node = record(op, args, kwargs)
+            if node is not None:
+                node.device = index
+                return wrap(node)
+        meta = op(*args, device="meta", **kwargs)
+        static = tuple(tuple(a) if isinstance(a, list) else a for a in args)
+        node = ir.Node(op, (), (static, tuple(kwargs.items())), tuple(meta.shape), meta.dtype, index)
         metrics.count("xla::" + op._schema.name.split("::")[-1])
         return wrap(node)
 
     return impl
 
 
+_VALUE_FACTORIES = (aten.full.default, aten.scalar_tensor.default)
 _FACTORIES = (
     aten.arange.default, aten.arange.start, aten.arange.start_step, aten.linspace.default,
     aten.eye.default, aten.eye.m, aten.scalar_tensor.default, aten.full.default,

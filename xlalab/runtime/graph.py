@@ -173,7 +173,7 @@ def lower_node(instr: tuple[Any, ...], vals: list[Any]) -> Any:
         raise LoweringError(f"lowering {op} failed: {type(e).__name__}: {e}") from e
     if outs is None:
         return _checked(op, res, shape, dtype)
-    return tuple(None if r is None else _checked(op, r, s, d) for r, (s, d) in zip(res, outs))
+    return tuple(None if o is None or r is None else _checked(op, r, *o) for r, o in zip(res, outs))
 
 
 def _checked(op: Any, res: Any, shape: Any, dtype: torch.dtype) -> Any:

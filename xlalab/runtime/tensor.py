@@ -55,8 +55,10 @@ _serials = itertools.count()
 _pending: dict[int, weakref.ref[Storage]] = {}
 
 
-def _on_storage_death(ref: weakref.ref[Storage]) -> None:
-    metrics.count("DestroyXlaTensor")
+def _on_storage_death(ref: weakref.ref[Storage], _counters: dict[str, int] = metrics.COUNTERS) -> None:
+    # The counter dict is bound at definition (and cleared in place by clear_counters):
+    # finalizers still run at interpreter exit, after module globals are gone.
+    _counters["DestroyXlaTensor"] = _counters.get("DestroyXlaTensor", 0) + 1
 
 
 def set_node(st: Storage, node: Node) -> None:
@@ -120,6 +122,12 @@ class XlaTensor(torch.Tensor):
 
     def __str__(self) -> str:
         return _format(self, "print")
+
+    def __format__(self, spec: str) -> str:
+        # torch formats only plain 0-d Tensors as numbers; users write f"{loss:.3f}".
+        if self.dim() == 0 and spec:
+            return format(self.detach().item(), spec)
+        return str(self) if not spec else object.__format__(self, spec)
 
     def tolist(self) -> Any:  # type: ignore[override]
         return to_cpu(self, "tolist").tolist()
@@ -232,11 +240,17 @@ class OpInfo:
     def __init__(self, func: OpOverload) -> None:
         self.func = func
         self.counter = "xla::" + func._schema.name.split("::")[-1]
+        # A Python float becomes a graph input wherever the schema takes a Scalar or a Tensor
+        # (a wrapped number); ``float``-typed arguments (eps, p, momentum, scale factors) can
+        # steer shapes or code paths, so they stay baked into the graph.
         args = func._schema.arguments
-        self.scalar_pos = frozenset(
-            i for i, a in enumerate(args) if not a.kwarg_only and "number" in str(a.type)
-        )
-        self.scalar_kw = frozenset(a.name for a in args if "number" in str(a.type))
+        self.scalar_pos = frozenset(i for i, a in enumerate(args) if not a.kwarg_only and _float_is_input(a))
+        self.scalar_kw = frozenset(a.name for a in args if _float_is_input(a))
+
+
+def _float_is_input(arg: Any) -> bool:
+    t = str(arg.type)
+    return "number" in t or "Tensor" in t
 
 
 _INFO: dict[OpOverload, OpInfo] = {}
@@ -387,7 +401,7 @@ def record(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
     if type(meta) is tuple:
         return Node(func, src, (tpl, ktpl), meta[0], meta[1], dev)
     outs = tuple(meta)
-    if any(o is None or type(o) is not tuple for o in outs):
+    if any(o is not None and type(o) is not tuple for o in outs):
         return None
     return Node(func, src, (tpl, ktpl), None, None, dev, outs=outs)  # type: ignore[arg-type]
 
@@ -395,7 +409,8 @@ def record(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
 def wrap_result(node: Node) -> Any:
     if node.outs is None:
         return wrap(node)
-    return tuple(wrap(ir.item(node, i)) for i in range(len(node.outs)))
+    # Outputs switched off (convolution_backward's output_mask) stay None, as in eager.
+    return tuple(None if o is None else wrap(ir.item(node, i)) for i, o in enumerate(node.outs))
 
 
 def _view_node(func: OpOverload, base: Node, tpl: Any) -> Node:
@@ -556,37 +571,39 @@ def _local_scalar_dense(func: OpOverload, args: tuple[Any, ...], kwargs: dict[st
 
 
 def _foreach(func: OpOverload) -> Handler:
-    """_foreach_* ops run as their per-tensor base op on each element."""
+    """_foreach_* ops run as their per-tensor base op on each element (same graph, one node each)."""
     name = func._schema.name.removeprefix("aten::_foreach_")
     inplace = name.endswith("_")
     base_name = name.rstrip("_")
-    packet = getattr(aten, base_name)
     overload = func._overloadname
-    candidates = {"List": ("Tensor", "default"), "Scalar": ("Scalar", "default"), "ScalarList": ("Scalar", "default"),
-                  "Tensor": ("Tensor", "default"), "default": ("default",)}.get(overload, ("default",))
-    base = next((getattr(packet, c) for c in candidates if c in packet.overloads()), None)
-    schema_args = func._schema.arguments
+    candidates = {"List": ("Tensor", "default"), "Scalar": ("Scalar", "Tensor", "default"),
+                  "ScalarList": ("Scalar", "Tensor", "default"), "Tensor": ("Tensor", "default"),
+                  "default": ("default",)}.get(overload, ("default",))
+    packet = getattr(aten, base_name + ("_" if inplace else ""), None)
+    base = None
+    if packet is not None:
+        base = next((getattr(packet, c) for c in candidates if c in packet.overloads()), None)
+    foreach_args = func._schema.arguments
+    base_args = base._schema.arguments if base is not None else []
 
     def handler(_: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if base is None:
+        if base is None or kwargs:
             return fallback(func, args, kwargs)
-        n = len(args[0])
+        base_handler = _HANDLERS.get(base) or _resolve(base)
         outs = []
-        for i in range(n):
-            elem = []
-            for a, sa in zip(args, schema_args):
-                t = str(sa.type)
-                if t.startswith("List["):
-                    elem.append(a[i])
-                elif overload == "Tensor" and sa.name == "scalars":
-                    elem.append(a[i].item())
+        for i in range(len(args[0])):
+            pos: list[Any] = []
+            kw: dict[str, Any] = {}
+            for a, fa, ba in zip(args, foreach_args, base_args):
+                if str(fa.type).startswith("List["):
+                    a = a[i]
+                elif overload == "Tensor" and fa.name == "scalars":
+                    a = a[i].item()
+                if ba.kwarg_only:
+                    kw[ba.name] = a
                 else:
-                    elem.append(a)
-            if inplace:
-                _inplace(base)(func, tuple(elem), kwargs)
-            else:
-                outs.append(_HANDLERS.get(base, None) or _resolve(base))
-                outs[-1] = outs[-1](base, tuple(elem), kwargs)
+                    pos.append(a)
+            outs.append(base_handler(base, tuple(pos), kw))
         return None if inplace else outs
 
     return handler

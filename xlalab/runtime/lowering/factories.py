@@ -59,3 +59,18 @@ def _scalar_tensor(s: Any, *, dtype: Any = None) -> Any:
 @lowering(aten.full.default)
 def _full(size: Any, fill_value: Any, *, dtype: Any = None) -> Any:
     return jnp.full(tuple(size), fill_value)
+
+
+@lowering(aten.full_like.default)
+def _full_like(x: Any, fill_value: Any, *, dtype: Any = None, **_: Any) -> Any:
+    return jnp.full(x.shape, fill_value, _dt(dtype, x.dtype))
+
+
+@lowering(aten.zeros_like.default, aten.empty_like.default)
+def _zeros_like(x: Any, *, dtype: Any = None, **_: Any) -> Any:
+    return jnp.zeros(x.shape, _dt(dtype, x.dtype))
+
+
+@lowering(aten.ones_like.default)
+def _ones_like(x: Any, *, dtype: Any = None, **_: Any) -> Any:
+    return jnp.ones(x.shape, _dt(dtype, x.dtype))

@@ -1,0 +1,77 @@
+"""The compile cache: keyed on graph structure, shapes and dtypes, never on values."""
+
+from __future__ import annotations
+
+import torch
+
+import xlalab
+from xlalab.runtime import graph
+
+from .conftest import counter
+
+
+def _step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (x * 2 + y).relu().sum(0)
+
+
+def test_same_graph_new_values_hits_the_cache(dev: torch.device, fresh_metrics: None) -> None:
+    for i in range(4):
+        x = torch.full((5, 3), float(i), device=dev)
+        y = torch.randn(5, 3).to(dev)
+        out = _step(x, y)
+        xlalab.mark_step()
+        torch.testing.assert_close(out.cpu(), _step(x.cpu(), y.cpu()))
+    assert counter("UncachedCompile") == 1
+    assert counter("CachedCompile") == 3
+    assert counter("MarkStep") == 4
+
+
+def test_python_floats_are_inputs_not_constants(dev: torch.device, fresh_metrics: None) -> None:
+    w = torch.ones(3, device=dev)
+    xlalab.mark_step()
+    for lr in (0.1, 0.01, 0.003, 1e-4):
+        w.sub_(w * lr)  # a changing learning rate must not recompile
+        xlalab.mark_step()
+    assert counter("UncachedCompile") == 1
+    expect = torch.ones(3)
+    for lr in (0.1, 0.01, 0.003, 1e-4):
+        expect.sub_(expect * lr)
+    torch.testing.assert_close(w.cpu(), expect)
+
+
+def test_new_shape_recompiles(dev: torch.device, fresh_metrics: None) -> None:
+    for n in (17, 19, 17):  # shapes no other test compiles: the cache lives for the process
+        _step(torch.ones(n, 3, device=dev), torch.ones(n, 3, device=dev))
+        xlalab.mark_step()
+    assert counter("UncachedCompile") == 2
+    assert counter("CachedCompile") == 1
+
+
+def test_aliasing_is_part_of_the_key(dev: torch.device) -> None:
+    # a + a and a + b have the same node hashes modulo leaf identity: they must not share a program.
+    a = torch.tensor([1.0, 2.0]).to(dev)
+    b = torch.tensor([10.0, 20.0]).to(dev)
+    m, n = a * 2, b * 2
+    r1 = (m + n) + m
+    assert r1.tolist() == [24.0, 48.0]
+    m, n = a * 2, b * 2
+    r2 = (m + n) + n
+    assert r2.tolist() == [42.0, 84.0]
+
+
+def test_linearize_orders_roots_deterministically(dev: torch.device) -> None:
+    a = torch.ones(2, device=dev)
+    b = a + 1
+    c = b * 3
+    g1 = graph.linearize([b._st.node, c._st.node])  # type: ignore[attr-defined]
+    g2 = graph.linearize([b._st.node, c._st.node])  # type: ignore[attr-defined]
+    assert g1.key == g2.key and len(g1.nodes) == len(g2.nodes)
+    xlalab.mark_step()
+
+
+def test_item_cuts_the_step_and_is_counted(dev: torch.device, fresh_metrics: None) -> None:
+    x = torch.ones(4, device=dev)
+    loss = (x * 3).sum()
+    assert loss.item() == 12.0
+    assert counter("aten::_local_scalar_dense") == 1
+    assert counter("UncachedCompile") == 1
