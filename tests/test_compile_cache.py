@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 import xlalab
+import xlalab.debug.metrics as met
 from xlalab.runtime import graph
 
 from .conftest import counter
@@ -29,6 +30,7 @@ def test_same_graph_new_values_hits_the_cache(dev: torch.device, fresh_metrics: 
 def test_python_floats_are_inputs_not_constants(dev: torch.device, fresh_metrics: None) -> None:
     w = torch.ones(3, device=dev)
     xlalab.mark_step()
+    met.clear_all()
     for lr in (0.1, 0.01, 0.003, 1e-4):
         w.sub_(w * lr)  # a changing learning rate must not recompile
         xlalab.mark_step()
@@ -41,8 +43,9 @@ def test_python_floats_are_inputs_not_constants(dev: torch.device, fresh_metrics
 
 def test_new_shape_recompiles(dev: torch.device, fresh_metrics: None) -> None:
     for n in (17, 19, 17):  # shapes no other test compiles: the cache lives for the process
-        _step(torch.ones(n, 3, device=dev), torch.ones(n, 3, device=dev))
+        out = _step(torch.ones(n, 3, device=dev), torch.ones(n, 3, device=dev))
         xlalab.mark_step()
+        assert out.shape == (3,)
     assert counter("UncachedCompile") == 2
     assert counter("CachedCompile") == 1
 
@@ -75,3 +78,9 @@ def test_item_cuts_the_step_and_is_counted(dev: torch.device, fresh_metrics: Non
     assert loss.item() == 12.0
     assert counter("aten::_local_scalar_dense") == 1
     assert counter("UncachedCompile") == 1
+
+
+def test_dead_tensors_are_not_computed(dev: torch.device, fresh_metrics: None) -> None:
+    _step(torch.ones(23, 3, device=dev), torch.ones(23, 3, device=dev))  # result dropped
+    xlalab.mark_step()
+    assert counter("UncachedCompile") == 0 and counter("ExecuteComputation") == 0

@@ -22,25 +22,28 @@ ITEM = "xla::getitem"  # output i of a multi-output node
 
 
 class Slot:
-    """Marks where operand ``i`` sits inside a node's static-argument template."""
+    """Marks where operand ``i`` sits inside a node's static-argument template.
 
-    __slots__ = ("i", "_hash")
+    Slots are interned (one object per index) and hash by identity, which Python does in C:
+    templates are hashed for every recorded op.
+    """
+
+    __slots__ = ("i",)
 
     def __init__(self, i: int) -> None:
         self.i = i
-        self._hash = hash(("xla::slot", i))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Slot) and other.i == self.i
 
     def __repr__(self) -> str:
         return f"%{self.i}"
 
 
-SLOTS = [Slot(i) for i in range(4096)]
+SLOTS = [Slot(i) for i in range(256)]
+
+
+def slot(i: int) -> Slot:
+    while i >= len(SLOTS):
+        SLOTS.append(Slot(len(SLOTS)))
+    return SLOTS[i]
 
 
 class Const:
@@ -94,6 +97,7 @@ class Node:
         value: Any = None,
         outs: tuple[tuple[Shape, torch.dtype], ...] | None = None,
         frames: Any = None,
+        hash_: int | None = None,
     ) -> None:
         self.op = op
         self.src = src
@@ -104,10 +108,13 @@ class Node:
         self.value = value
         self.outs = outs
         self.frames = frames
-        if op is DATA or op is SCALAR:
+        if hash_ is not None:
+            self.hash = hash_  # the recorder computed it from its memo key
+        elif op is DATA or op is SCALAR:
             self.hash = hash((op, shape, dtype))
         else:
-            self.hash = hash((op, arg, shape, dtype, tuple([s.hash for s in src])))
+            # id(op): OpOverload hashes in Python, and this runs for every recorded op.
+            self.hash = hash((id(op), arg, shape, dtype, tuple([s.hash for s in src])))
 
     @property
     def is_leaf(self) -> bool:
@@ -129,8 +136,23 @@ def data(array: Any, shape: Shape, dtype: torch.dtype, device: int) -> Node:
     return Node(DATA, (), None, shape, dtype, device, value=array)
 
 
+_SCALAR_HASH = {torch.float64: hash((SCALAR, (), torch.float64)), torch.int64: hash((SCALAR, (), torch.int64))}
+
+
 def scalar(value: float, device: int, dtype: torch.dtype = torch.float64) -> Node:
-    return Node(SCALAR, (), None, (), dtype, device, value=value)
+    """A scalar graph input (fed at run time). Built without __init__: one per float argument."""
+    n = Node.__new__(Node)
+    n.op = SCALAR
+    n.src = ()
+    n.arg = None
+    n.shape = ()
+    n.dtype = dtype
+    n.device = device
+    n.value = value
+    n.outs = None
+    n.frames = None
+    n.hash = _SCALAR_HASH[dtype]
+    return n
 
 
 def item(multi: Node, i: int) -> Node:

@@ -25,7 +25,7 @@ from torch._ops import OpOverload
 from . import backend, events, ir, metrics
 from .frames import user_frames
 from .ir import Node, slot
-from .lowering.registry import LOWERINGS
+from .lowering.registry import LOWERINGS, STATIC_ARGS
 
 aten = torch.ops.aten
 Handler = Callable[[OpOverload, tuple[Any, ...], dict[str, Any]], Any]
@@ -45,7 +45,8 @@ class Storage:
         self.serial = next(_serials)
         # One weak reference per storage: it keys the pending set and counts deaths.
         self.ref = weakref.ref(self, _on_storage_death)
-        metrics.count("CreateXlaTensor")
+        counters = metrics.COUNTERS
+        counters["CreateXlaTensor"] = counters.get("CreateXlaTensor", 0) + 1
         if node.op is not ir.DATA:
             _pending[self.serial] = self.ref
 
@@ -108,7 +109,7 @@ class XlaTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # type: ignore[override]
-        handler = _HANDLERS.get(func)
+        handler = _HANDLERS.get(id(func))
         if handler is None:
             handler = _resolve(func)
         t0 = time.perf_counter_ns()
@@ -242,10 +243,14 @@ class OpInfo:
         self.counter = "xla::" + func._schema.name.split("::")[-1]
         # A Python float becomes a graph input wherever the schema takes a Scalar or a Tensor
         # (a wrapped number); ``float``-typed arguments (eps, p, momentum, scale factors) can
-        # steer shapes or code paths, so they stay baked into the graph.
+        # steer shapes or code paths, so they stay baked into the graph, as do Scalars that a
+        # lowering declares static (a norm's ``ord``).
         args = func._schema.arguments
-        self.scalar_pos = frozenset(i for i, a in enumerate(args) if not a.kwarg_only and _float_is_input(a))
-        self.scalar_kw = frozenset(a.name for a in args if _float_is_input(a))
+        static = STATIC_ARGS.get(func, frozenset())
+        self.scalar_pos = frozenset(
+            i for i, a in enumerate(args) if not a.kwarg_only and a.name not in static and _float_is_input(a)
+        )
+        self.scalar_kw = frozenset(a.name for a in args if a.name not in static and _float_is_input(a))
 
 
 def _float_is_input(arg: Any) -> bool:
@@ -253,65 +258,57 @@ def _float_is_input(arg: Any) -> bool:
     return "number" in t or "Tensor" in t
 
 
-_INFO: dict[OpOverload, OpInfo] = {}
+_INFO: dict[int, OpInfo] = {}  # keyed by id(op): OpOverload hashes in Python
 
 
 def info(func: OpOverload) -> OpInfo:
-    i = _INFO.get(func)
+    i = _INFO.get(id(func))
     if i is None:
-        i = _INFO[func] = OpInfo(func)
+        i = _INFO[id(func)] = OpInfo(func)
     return i
 
 
-class _Recorder:
-    """Turns one call's arguments into a template, operand nodes and a meta signature."""
+class _Args:
+    """Operands and meta signature gathered while templating one call's arguments."""
 
-    __slots__ = ("operands", "sig", "device", "metas")
+    __slots__ = ("operands", "sig", "device")
 
     def __init__(self) -> None:
         self.operands: list[Node] = []
         self.sig: list[Any] = []
         self.device = -1
-        self.metas: list[Any] = []  # stand-ins for the meta call, per operand
 
-    def operand(self, node: Node, meta: Any) -> ir.Slot:
-        s = slot(len(self.operands))
-        self.operands.append(node)
-        self.metas.append(meta)
-        return s
-
-    def tensor(self, t: XlaTensor) -> ir.Slot:
-        node = value(t)
+    def add(self, node: Node) -> ir.Slot:
         dev = node.device
-        if self.device != dev:
+        if dev != self.device and node.op is not ir.SCALAR:
             if self.device >= 0:
                 raise RuntimeError(
                     f"Expected all tensors to be on the same device, but found at least two devices, "
                     f"xla:{self.device} and xla:{dev}!"
                 )
             self.device = dev
-        self.sig.append((node.shape, node.dtype))
-        return self.operand(node, None)
+        operands = self.operands
+        s = ir.SLOTS[len(operands)] if len(operands) < 256 else ir.slot(len(operands))
+        operands.append(node)
+        return s
 
-    def node(self, n: Node) -> ir.Slot:
-        self.device = n.device
-        self.sig.append((n.shape, n.dtype))
-        return self.operand(n, None)
-
-    def scalar(self, v: float, meta: Any) -> ir.Slot:
-        self.sig.append(("s", type(meta) if not isinstance(meta, torch.Tensor) else (meta.dtype, meta.dim())))
-        return self.operand(ir.scalar(v, max(self.device, 0)), meta)
-
-    def value(self, a: Any, is_scalar: bool) -> Any:
+    def entry(self, a: Any, is_scalar: bool) -> Any:
+        """The template entry for one argument (the uncommon kinds; tensors are inlined)."""
         tp = type(a)
         if tp is XlaTensor:
-            return self.tensor(a)
+            node = value(a)
+            self.sig.append(node.shape)
+            self.sig.append(node.dtype)
+            return self.add(node)
         if tp is Node:
-            return self.node(a)
+            self.sig.append(a.shape)
+            self.sig.append(a.dtype)
+            return self.add(a)
         if tp is float and is_scalar:
-            return self.scalar(a, a)
+            self.sig.append(float)
+            return self.add(ir.scalar(a, 0))
         if tp is list or tp is tuple:
-            return tuple([self.value(x, is_scalar) for x in a])
+            return tuple([self.entry(x, is_scalar) for x in a])
         if isinstance(a, torch.Tensor):
             return self.cpu_tensor(a)
         return a
@@ -321,51 +318,34 @@ class _Recorder:
             # A wrapped Python number or a 0-d CPU tensor: floats become graph inputs
             # (so they never recompile), integers and bools are baked in.
             if t.dtype.is_floating_point:
-                return self.scalar(t.item(), t)
+                self.sig.append((t.dtype, t.dim()))
+                return self.add(ir.scalar(t.item(), 0))
             const = ir.Const(t.item(), t.dtype)
             self.sig.append(const)
             return const
         # A CPU tensor mixed into an xla op: move it over, as data.
-        dev = max(self.device, 0)
-        node = to_device_node(t, dev)
-        return self.node(node)
+        node = to_device_node(t, max(self.device, 0))
+        self.sig.append(node.shape)
+        self.sig.append(node.dtype)
+        return self.add(node)
 
 
-def _template(rec: _Recorder, inf: OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
-    sp = inf.scalar_pos
-    tpl = tuple([rec.value(a, i in sp) for i, a in enumerate(args)])
-    if kwargs:
-        sk = inf.scalar_kw
-        ktpl = tuple([(k, rec.value(v, k in sk)) for k, v in kwargs.items()])
-    else:
-        ktpl = ()
-    return tpl, ktpl
-
-
-def _meta_arg(rec: _Recorder, a: Any) -> Any:
-    """The stand-in for a template entry in a meta-device call."""
-    if type(a) is ir.Slot:
-        n = rec.operands[a.i]
-        m = rec.metas[a.i]
-        if m is not None:
-            return m
-        return torch.empty(n.shape, dtype=n.dtype, device="meta")
-    if type(a) is ir.Const:
-        return torch.tensor(a.value, dtype=a.dtype)
-    if type(a) is tuple:
-        return [_meta_arg(rec, x) for x in a]
+def _meta_arg(a: Any) -> Any:
+    """The stand-in for an original argument in a meta-device call."""
+    tp = type(a)
+    if tp is XlaTensor or tp is Node:
+        return torch.empty(a.shape, dtype=a.dtype, device="meta")
+    if tp is list or tp is tuple:
+        return type(a)(_meta_arg(x) for x in a)
+    if isinstance(a, torch.device) and a.type == "xla":
+        return torch.device("meta")
     return a
 
 
-def _compute_meta(func: OpOverload, rec: _Recorder, tpl: Any, ktpl: Any) -> Any:
+def _compute_meta(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Output metadata from torch's own meta kernels: torch's shape and dtype rules."""
-    margs = [_meta_arg(rec, a) for a in tpl]
-    mkw = {k: _meta_arg(rec, v) for k, v in ktpl}
-    for k, v in mkw.items():
-        if isinstance(v, torch.device) and v.type == "xla":
-            mkw[k] = torch.device("meta")
     try:
-        out = func(*margs, **mkw)
+        out = func(*[_meta_arg(a) for a in args], **{k: _meta_arg(v) for k, v in kwargs.items()})
     except Exception:
         return _NO_META
     return _describe(out)
@@ -382,28 +362,66 @@ def _describe(out: Any) -> Any:
 
 
 def record(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Node | None:
-    """Record ``func(*args, **kwargs)`` as a node; None when it must fall back to the CPU."""
-    inf = info(func)
-    rec = _Recorder()
-    tpl, ktpl = _template(rec, inf, args, kwargs)
-    key = (func, tpl, ktpl, tuple(rec.sig))
+    """Record ``func(*args, **kwargs)`` as a node; None when it must fall back to the CPU.
+
+    This is the hot path of every lowered op: plain tensors are templated inline, and
+    output shapes come from a memo keyed by (op, static args, operand shapes/dtypes).
+    The node's structural hash is that key's hash combined with its operands' hashes.
+    """
+    inf = _INFO.get(id(func)) or info(func)
+    acc = _Args()
+    sig = acc.sig
+    operands = acc.operands
+    sp = inf.scalar_pos
+    tpl = []
+    i = 0
+    for a in args:
+        if type(a) is XlaTensor and not a._chain:
+            node = a._st.node
+            sig.append(node.shape)
+            sig.append(node.dtype)
+            if node.device != acc.device and acc.device < 0:
+                acc.device = node.device
+                tpl.append(ir.SLOTS[len(operands)] if len(operands) < 256 else ir.slot(len(operands)))
+                operands.append(node)
+            else:
+                tpl.append(acc.add(node))
+        elif type(a) is float and i in sp:
+            sig.append(float)
+            tpl.append(ir.SLOTS[len(operands)] if len(operands) < 256 else ir.slot(len(operands)))
+            operands.append(ir.scalar(a, 0))
+        else:
+            tpl.append(acc.entry(a, i in sp))
+        i += 1
+    if kwargs:
+        sk = inf.scalar_kw
+        ktpl = tuple([(k, acc.entry(v, k in sk)) for k, v in kwargs.items()])
+    else:
+        ktpl = ()
+    arg = (tuple(tpl), ktpl)
+    key = (id(func), arg, tuple(sig))
     try:
         meta = _META.get(key)
     except TypeError:  # an unhashable argument: let eager PyTorch deal with it
         return None
     if meta is None:
-        meta = _META[key] = _compute_meta(func, rec, tpl, ktpl)
+        meta = _META[key] = _compute_meta(func, args, kwargs)
     if meta is _NO_META:
         return None
-    metrics.count(inf.counter)
-    src = tuple(rec.operands)
-    dev = max(rec.device, 0)
+    counters = _COUNTERS
+    counters[inf.counter] = counters.get(inf.counter, 0) + 1
+    src = tuple(operands)
+    h = hash((hash(key), *[s.hash for s in src]))
+    dev = acc.device if acc.device >= 0 else 0
     if type(meta) is tuple:
-        return Node(func, src, (tpl, ktpl), meta[0], meta[1], dev)
+        return Node(func, src, arg, meta[0], meta[1], dev, None, None, None, h)
     outs = tuple(meta)
     if any(o is not None and type(o) is not tuple for o in outs):
         return None
-    return Node(func, src, (tpl, ktpl), None, None, dev, outs=outs)  # type: ignore[arg-type]
+    return Node(func, src, arg, None, None, dev, None, outs, None, h)  # type: ignore[arg-type]
+
+
+_COUNTERS = metrics.COUNTERS  # incremented inline on the hot path (cleared in place by clear_counters)
 
 
 def wrap_result(node: Node) -> Any:
@@ -589,7 +607,7 @@ def _foreach(func: OpOverload) -> Handler:
     def handler(_: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if base is None or kwargs:
             return fallback(func, args, kwargs)
-        base_handler = _HANDLERS.get(base) or _resolve(base)
+        base_handler = _HANDLERS.get(id(base)) or _resolve(base)
         outs = []
         for i in range(len(args[0])):
             pos: list[Any] = []
@@ -624,11 +642,12 @@ def _random(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     inplace = name.endswith("_")
     functional = func if not inplace else None
     inf = info(func)
-    rec = _Recorder()
-    tpl, ktpl = _template(rec, inf, args, kwargs)
-    ktpl = ktpl + (("__rng__", (rec.node(seed), rec.node(offset))),)
+    acc = _Args()
+    tpl = tuple([acc.entry(a, i in inf.scalar_pos) for i, a in enumerate(args)])
+    ktpl = tuple([(k, acc.entry(v, k in inf.scalar_kw)) for k, v in kwargs.items()])
+    ktpl = ktpl + (("__rng__", (acc.add(seed), acc.add(offset))),)
     metrics.count(inf.counter)
-    src = tuple(rec.operands)
+    src = tuple(acc.operands)
     if func is aten.native_dropout.default:
         outs = ((tuple(self.shape), self.dtype), (tuple(self.shape), torch.bool))
         return wrap_result(Node(func, src, (tpl, ktpl), None, None, dev, outs=outs))
@@ -727,7 +746,7 @@ _SPECIAL: dict[OpOverload, Handler] = {
     aten.split.Tensor: _multi_view(_split_views),
     aten.split_with_sizes.default: _multi_view(_split_views),
 }
-_HANDLERS: dict[OpOverload, Handler] = {}
+_HANDLERS: dict[int, Handler] = {}  # keyed by id(op), like _INFO
 # Per-op switches to the CPU fallback, e.g. bool-mask indexing whose shape depends on data.
 FALLBACK_IF: dict[OpOverload, Callable[[tuple[Any, ...]], bool]] = {}
 
@@ -796,7 +815,7 @@ def _resolve(func: OpOverload) -> Handler:
         handler = fallback
     if func in FALLBACK_IF:
         handler = _guarded(handler, FALLBACK_IF[func])
-    _HANDLERS[func] = handler
+    _HANDLERS[id(func)] = handler
     return handler
 
 

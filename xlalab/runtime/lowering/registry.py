@@ -18,6 +18,8 @@ Contract (what a lowering function receives and returns):
   recompile), already cast to the op's compute dtype.
 * Everything else (ints, int lists, bools, ``torch.dtype``...) arrives as the
   Python value; int lists arrive as tuples.
+* A lowering whose formula depends on a Scalar's value (a norm's ``ord``) names it in
+  ``static=``: that argument is then baked into the graph instead of fed at run time.
 * It returns one array, or a tuple/list of arrays for multi-output ops. The runtime
   casts each result to the dtype torch's meta kernel predicts, so a lowering must
   get the *shape* right and may be loose about dtype promotion.
@@ -33,9 +35,11 @@ from torch._ops import OpOverload
 Lowering = Callable[..., Any]
 
 LOWERINGS: dict[OpOverload, Lowering] = {}
+# Scalar arguments that select a formula rather than feed one: baked, never graph inputs.
+STATIC_ARGS: dict[OpOverload, frozenset[str]] = {}
 
 
-def lowering(*ops: OpOverload) -> Callable[[Lowering], Lowering]:
+def lowering(*ops: OpOverload, static: tuple[str, ...] = ()) -> Callable[[Lowering], Lowering]:
     """Register ``fn`` as the JAX lowering of every overload in ``ops``."""
 
     def register(fn: Lowering) -> Lowering:
@@ -43,6 +47,8 @@ def lowering(*ops: OpOverload) -> Callable[[Lowering], Lowering]:
             if not isinstance(op, OpOverload):
                 raise TypeError(f"lowering() takes aten overloads such as aten.add.Tensor, got {op!r}")
             LOWERINGS[op] = fn
+            if static:
+                STATIC_ARGS[op] = frozenset(static)
         return fn
 
     return register

@@ -1,9 +1,8 @@
 """Lowerings of view ops, and of ``xla::update_view``: a write through a view.
 
 Reading a view applies its chain of view ops to the base. Writing through a view must
-change the base at exactly the elements the view covers. One general mechanism serves
-every view op: apply the same chain to an iota of the base's flat positions, which
-yields the base position of each view element, then scatter the new values there.
+change the base at exactly the elements the view covers: ``_write`` inverts the chain
+level by level (see there), falling back to a scatter by positions for exotic views.
 """
 
 from __future__ import annotations
@@ -133,11 +132,48 @@ def _view_dtype(x: Any, dtype: torch.dtype) -> Any:
 def _update_view(vals: list[Any], chain: Any, shape: Any, dtype: Any) -> Any:
     """base' = base with the view's elements replaced by ``src``."""
     base, src = vals
-    positions: Any = jnp.arange(base.size, dtype=jnp.int64).reshape(base.shape)
-    for func, tpl in chain:
-        positions = _apply_view(func, positions, tpl)
-    src = jnp.broadcast_to(src.astype(base.dtype), positions.shape)
-    return jnp.ravel(base).at[jnp.ravel(positions)].set(jnp.ravel(src)).reshape(base.shape)
+    return _write(base, tuple(chain), src.astype(base.dtype))
+
+
+def _write(base: Any, chain: tuple[Any, ...], src: Any) -> Any:
+    """Write ``src`` through ``chain`` into ``base``, one view level at a time.
+
+    Each level is inverted structurally where it can be (a reshape back, a transpose
+    back, a dynamic-update-slice for select/slice), which XLA turns into cheap copies;
+    any other view op uses the general mechanism: run the view on an iota of the level's
+    positions and scatter.
+    """
+    if not chain:
+        return jnp.broadcast_to(src, base.shape)
+    (func, tpl), rest = chain[0], chain[1:]
+    args = [_subst(a, []) for a in tpl]
+    inner = _apply_view(func, base, tpl)
+    new_inner = _write(inner, rest, src)
+    name = func._schema.name
+    if name in _RESHAPES:
+        return jnp.reshape(new_inner, base.shape)
+    if name == "aten::permute":
+        dims = [_canon(d, base.ndim) for d in args[0]]
+        return jnp.transpose(new_inner, np.argsort(dims))
+    if name in ("aten::t", "aten::transpose"):
+        return _apply_view(func, new_inner, tpl)
+    if name == "aten::select":
+        dim = _canon(args[0], base.ndim)
+        index = _canon(args[1], base.shape[dim])
+        return lax.dynamic_update_index_in_dim(base, new_inner, index, dim)
+    if name == "aten::slice":
+        dim = _canon(args[0] if args else 0, base.ndim)
+        start, end, step = slice(*(list(args[1:4]) + [None] * 3)[:3]).indices(base.shape[dim])
+        index = [slice(None)] * base.ndim
+        index[dim] = slice(start, max(start, end), step)
+        return base.at[tuple(index)].set(new_inner)
+    positions = _apply_view(func, jnp.arange(base.size, dtype=jnp.int64).reshape(base.shape), tpl)
+    new_inner = jnp.broadcast_to(new_inner, positions.shape)
+    return jnp.ravel(base).at[jnp.ravel(positions)].set(jnp.ravel(new_inner)).reshape(base.shape)
+
+
+_RESHAPES = {"aten::view", "aten::_unsafe_view", "aten::_reshape_alias", "aten::squeeze", "aten::unsqueeze",
+             "aten::alias", "aten::detach", "aten::lift_fresh"}
 
 
 def _apply_view(func: Any, x: Any, tpl: Any) -> Any:

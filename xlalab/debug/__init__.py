@@ -1,0 +1,1 @@
+"""Debugging helpers for xlalab (metrics and counters, mirroring ``torch_xla.debug``)."""
