@@ -26,7 +26,9 @@ def test_bool_mask_indexing(dev: torch.device, fresh_metrics: None) -> None:
     got = x[x > 5]
     assert got.device == dev
     assert got.tolist() == base[base > 5].tolist()
-    assert any(n.startswith("aten::") and n != "aten::_local_scalar_dense" for n in met.executed_fallback_ops())
+    assert any(
+        n.startswith("aten::") and n != "aten::_local_scalar_dense" for n in met.executed_fallback_ops()
+    )
 
 
 def test_masked_select_and_unique(dev: torch.device, fresh_metrics: None) -> None:

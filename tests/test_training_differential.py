@@ -23,7 +23,9 @@ CASES = [
 ]
 
 
-def _run(name: str, foreach: bool | None, batch: int, device: torch.device | str) -> tuple[list[float], list[torch.Tensor], list[int]]:
+def _run(
+    name: str, foreach: bool | None, batch: int, device: torch.device | str
+) -> tuple[list[float], list[torch.Tensor], list[int]]:
     w = WORKLOADS[name]
     model = w.make_model(0, dropout=0.0).to(device)
     opt = w.make_optimizer(model.parameters(), foreach=foreach)

@@ -122,10 +122,25 @@ def _expand_read(a: torch.Tensor) -> torch.Tensor:
 
 
 CASES: list[Callable[[torch.Tensor], torch.Tensor]] = [
-    _select_write, _setitem_scalar, _setitem_tensor, _slice_write_seen_by_transpose, _detach_alias,
-    _parameter_alias, _view_of_view_write, _data_write, _data_assign, _strided_slice_write, _permute_write,
-    _unbind_write, _split_write, _diagonal_write, _view_read_after_base_write, _squeeze_unsqueeze_write,
-    _inplace_chain, _index_put, _expand_read,
+    _select_write,
+    _setitem_scalar,
+    _setitem_tensor,
+    _slice_write_seen_by_transpose,
+    _detach_alias,
+    _parameter_alias,
+    _view_of_view_write,
+    _data_write,
+    _data_assign,
+    _strided_slice_write,
+    _permute_write,
+    _unbind_write,
+    _split_write,
+    _diagonal_write,
+    _view_read_after_base_write,
+    _squeeze_unsqueeze_write,
+    _inplace_chain,
+    _index_put,
+    _expand_read,
 ]
 
 

@@ -6,13 +6,18 @@ from typing import Any
 
 import torch
 
-from ..runtime import backend, mark_step as _mark_step, wait_device_ops as _wait
+from ..runtime import backend
+from ..runtime import mark_step as _mark_step
+from ..runtime import wait_device_ops as _wait
 from ..runtime.device import xla_device as _xla_device
 
 
 def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device:
     """``xla:n`` (``xla:0`` by default). ``devkind`` must match this machine's platform if given."""
-    if devkind is not None and devkind.upper() not in (backend.hw_name(), "GPU" if backend.hw_name() == "CUDA" else ""):
+    if devkind is not None and devkind.upper() not in (
+        backend.hw_name(),
+        "GPU" if backend.hw_name() == "CUDA" else "",
+    ):
         raise backend.DeviceError(
             f"xla_device(devkind={devkind!r}): this machine's xla devices are {backend.hw_name()}; "
             f"pass devkind={backend.hw_name()!r} or leave it out."
@@ -50,8 +55,9 @@ def wait_device_ops(devices: list[Any] | None = None) -> None:
     _wait()
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer, barrier: bool = True,
-                   optimizer_args: dict[str, Any] | None = None) -> Any:
+def optimizer_step(
+    optimizer: torch.optim.Optimizer, barrier: bool = True, optimizer_args: dict[str, Any] | None = None
+) -> Any:
     """``optimizer.step()`` followed by the step barrier (``barrier=False`` leaves it to the caller)."""
     loss = optimizer.step(**(optimizer_args or {}))
     if barrier:

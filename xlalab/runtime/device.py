@@ -162,8 +162,14 @@ def _factory(op: Any) -> Any:
 
 _VALUE_FACTORIES = (aten.full.default, aten.scalar_tensor.default)
 _FACTORIES = (
-    aten.arange.default, aten.arange.start, aten.arange.start_step, aten.linspace.default,
-    aten.eye.default, aten.eye.m, aten.scalar_tensor.default, aten.full.default,
+    aten.arange.default,
+    aten.arange.start,
+    aten.arange.start_step,
+    aten.linspace.default,
+    aten.eye.default,
+    aten.eye.m,
+    aten.scalar_tensor.default,
+    aten.full.default,
 )
 _libs: list[Any] = []
 
@@ -179,8 +185,12 @@ def install() -> None:
     fallback_lib.fallback(_privateuse1_fallback, "PrivateUse1")
     aten_lib = torch.library.Library("aten", "IMPL")
     for op in _FACTORIES:
-        aten_lib.impl(op._schema.name.split("::")[-1] + ("." + op._overloadname if op._overloadname != "default" else ""),
-                      _factory(op), "PrivateUse1")
+        aten_lib.impl(
+            op._schema.name.split("::")[-1]
+            + ("." + op._overloadname if op._overloadname != "default" else ""),
+            _factory(op),
+            "PrivateUse1",
+        )
     _libs.extend([fallback_lib, aten_lib])
     _patch_tensor_constructors()
 

@@ -23,10 +23,10 @@ class Frame(NamedTuple):
         return f"{self.function}@{self.file}:{self.line}"
 
 
-_LIB_DIRS = tuple(
-    os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-    for m in (torch,)
-) + (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
+_LIB_DIRS = (
+    os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,  # xlalab itself
+)
 _STDLIB_SKIP = ("contextlib.py", "functools.py", "<frozen ", "threading.py")
 
 

@@ -112,8 +112,19 @@ def _instructions(graph: Graph) -> tuple[list[Any], list[int], int, int]:
         else:
             weak = tuple(i for i, s in enumerate(n.src) if s.op is ir.SCALAR and s.dtype == torch.float64)
             tensor_dtypes = [s.dtype for s in n.src if s.op is not ir.SCALAR]
-            instrs.append(("op", n.op, n.arg, n.shape, n.dtype, n.outs, tuple(pos[id(s)] for s in n.src),
-                           weak, _compute_dtype(n.dtype, tensor_dtypes), n.src[0].shape if n.src else None))
+            instrs.append(
+                (
+                    "op",
+                    n.op,
+                    n.arg,
+                    n.shape,
+                    n.dtype,
+                    n.outs,
+                    tuple(pos[id(s)] for s in n.src),
+                    weak,
+                    _compute_dtype(n.dtype, tensor_dtypes),
+                )
+            )
     return instrs, graph.roots, n_data, n_scalar
 
 
@@ -146,7 +157,7 @@ def _cast(x: Any, dtype: torch.dtype) -> Any:
 
 def lower_node(instr: tuple[Any, ...], vals: list[Any]) -> Any:
     """Evaluate one op node on traced JAX values."""
-    _, op, arg, shape, dtype, outs, _, weak, cdtype, src0_shape = instr
+    _, op, arg, shape, dtype, outs, _, weak, cdtype = instr
     if weak:
         vals = list(vals)
         for i in weak:
@@ -219,8 +230,16 @@ def compile_graph(graph: Graph, datas: list[Any], scalars: Any) -> Program:
     metrics.count("UncachedCompile")
     prog = Program(executable, graph.hash, len(graph.nodes), graph.key[-1])
     if events.listening():
-        events.publish(events.CompileEvent(graph_hash=graph.hash, num_nodes=len(graph.nodes), seconds=dt / 1e9,
-                                           cached=False, device=f"xla:{prog.device}", frames=user_frames()))
+        events.publish(
+            events.CompileEvent(
+                graph_hash=graph.hash,
+                num_nodes=len(graph.nodes),
+                seconds=dt / 1e9,
+                cached=False,
+                device=f"xla:{prog.device}",
+                frames=user_frames(),
+            )
+        )
     return prog
 
 
@@ -246,8 +265,15 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
     else:
         metrics.count("CachedCompile")
         if events.listening():
-            events.publish(events.CompileEvent(graph_hash=prog.graph_hash, num_nodes=prog.num_nodes, cached=True,
-                                               device=f"xla:{device}", frames=user_frames()))
+            events.publish(
+                events.CompileEvent(
+                    graph_hash=prog.graph_hash,
+                    num_nodes=prog.num_nodes,
+                    cached=True,
+                    device=f"xla:{device}",
+                    frames=user_frames(),
+                )
+            )
     t0 = time.perf_counter_ns()
     outs = prog(datas, scalars)
     if config.get("XLA_SYNC_WAIT"):
@@ -256,10 +282,16 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
     metrics.record("ExecuteTime", dt)
     metrics.count("ExecuteComputation")
     if events.listening():
-        events.publish(events.ExecuteEvent(graph_hash=prog.graph_hash, seconds=dt / 1e9, device=f"xla:{device}",
-                                           frames=user_frames()))
-        events.publish(events.SyncEvent(reason=reason, num_tensors=len(roots), graph_hash=prog.graph_hash,
-                                        frames=user_frames()))
+        events.publish(
+            events.ExecuteEvent(
+                graph_hash=prog.graph_hash, seconds=dt / 1e9, device=f"xla:{device}", frames=user_frames()
+            )
+        )
+        events.publish(
+            events.SyncEvent(
+                reason=reason, num_tensors=len(roots), graph_hash=prog.graph_hash, frames=user_frames()
+            )
+        )
     return list(outs)
 
 
@@ -304,7 +336,7 @@ def materialize(nodes: Sequence[Node], storages: Sequence[Any], reason: str) -> 
         arrays = execute(roots, reason)
         for st, array in zip(group, arrays):
             st.node = ir.data(array, st.node.shape, st.node.dtype, dev)
-        for i, array in zip(idx, arrays[len(group):]):
+        for i, array in zip(idx, arrays[len(group) :]):
             results[i] = array
     forget_pending(bases)
     return results

@@ -49,7 +49,7 @@ def slot(i: int) -> Slot:
 class Const:
     """An integer or bool baked into a graph (from a wrapped Python number)."""
 
-    __slots__ = ("value", "dtype", "_hash")
+    __slots__ = ("_hash", "dtype", "value")
 
     def __init__(self, value: Any, dtype: torch.dtype) -> None:
         self.value = value
@@ -66,10 +66,6 @@ class Const:
         return repr(self.value)
 
 
-def slot(i: int) -> Slot:
-    return SLOTS[i] if i < len(SLOTS) else Slot(i)
-
-
 class Node:
     """One value in the pending graph.
 
@@ -84,7 +80,19 @@ class Node:
     ``frames``   where user code created it (only with IR debug on)
     """
 
-    __slots__ = ("op", "src", "arg", "shape", "dtype", "hash", "value", "outs", "frames", "device", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "arg",
+        "device",
+        "dtype",
+        "frames",
+        "hash",
+        "op",
+        "outs",
+        "shape",
+        "src",
+        "value",
+    )
 
     def __init__(
         self,
@@ -136,7 +144,10 @@ def data(array: Any, shape: Shape, dtype: torch.dtype, device: int) -> Node:
     return Node(DATA, (), None, shape, dtype, device, value=array)
 
 
-_SCALAR_HASH = {torch.float64: hash((SCALAR, (), torch.float64)), torch.int64: hash((SCALAR, (), torch.int64))}
+_SCALAR_HASH = {
+    torch.float64: hash((SCALAR, (), torch.float64)),
+    torch.int64: hash((SCALAR, (), torch.int64)),
+}
 
 
 def scalar(value: float, device: int, dtype: torch.dtype = torch.float64) -> Node:

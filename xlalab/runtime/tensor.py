@@ -37,7 +37,7 @@ Handler = Callable[[OpOverload, tuple[Any, ...], dict[str, Any]], Any]
 class Storage:
     """The current value of a base tensor, shared by all its aliases and views."""
 
-    __slots__ = ("node", "serial", "device", "ref", "__weakref__")
+    __slots__ = ("__weakref__", "device", "node", "ref", "serial")
 
     def __init__(self, node: Node, device: int) -> None:
         self.node = node
@@ -177,7 +177,10 @@ def wrap(node: Node, st: Storage | None = None, chain: tuple[Any, ...] = ()) -> 
     if st is None:
         st = Storage(node, node.device)
     t = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
-        XlaTensor, node.shape, dtype=node.dtype, device=torch_device(node.device)
+        XlaTensor,
+        node.shape,  # type: ignore[arg-type]
+        dtype=node.dtype,
+        device=torch_device(node.device),
     )
     t._st = st
     t._chain = chain
@@ -220,7 +223,9 @@ EMPTY = "xla::empty"
 
 
 def convert(node: Node, dtype: torch.dtype) -> Node:
-    return Node(aten._to_copy.default, (node,), ((slot(0),), (("dtype", dtype),)), node.shape, dtype, node.device)
+    return Node(
+        aten._to_copy.default, (node,), ((slot(0),), (("dtype", dtype),)), node.shape, dtype, node.device
+    )
 
 
 def expand(node: Node, shape: tuple[int, ...]) -> Node:
@@ -236,7 +241,7 @@ _NO_META = object()
 class OpInfo:
     """What the recorder needs to know about an overload, computed once."""
 
-    __slots__ = ("func", "counter", "scalar_pos", "scalar_kw")
+    __slots__ = ("counter", "func", "scalar_kw", "scalar_pos")
 
     def __init__(self, func: OpOverload) -> None:
         self.func = func
@@ -271,7 +276,7 @@ def info(func: OpOverload) -> OpInfo:
 class _Args:
     """Operands and meta signature gathered while templating one call's arguments."""
 
-    __slots__ = ("operands", "sig", "device")
+    __slots__ = ("device", "operands", "sig")
 
     def __init__(self) -> None:
         self.operands: list[Node] = []
@@ -468,11 +473,15 @@ def _check_inplace(func: OpOverload, self: XlaTensor, node: Node) -> None:
             f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(node.shape)}"  # type: ignore[arg-type]
         )
     if not torch.can_cast(node.dtype, self.dtype):  # type: ignore[arg-type]
-        raise RuntimeError(f"result type {_tname(node.dtype)} can't be cast to the desired output type {_tname(self.dtype)}")
+        raise RuntimeError(
+            f"result type {_tname(node.dtype)} can't be cast to the desired output type {_tname(self.dtype)}"
+        )
 
 
 def _tname(d: Any) -> str:
-    return {torch.float32: "Float", torch.int64: "Long", torch.float64: "Double", torch.bool: "Bool"}.get(d, str(d))
+    return {torch.float32: "Float", torch.int64: "Long", torch.float64: "Double", torch.bool: "Bool"}.get(
+        d, str(d)
+    )
 
 
 def _out_variant(functional: OpOverload) -> Handler:
@@ -501,7 +510,7 @@ def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
         return _lowered(func, args, kwargs)
     node = _view_node(func, value(base), tpl)
     metrics.count(info(func).counter)
-    t = wrap(node, base._st, base._chain + ((func, tpl),))
+    t = wrap(node, base._st, (*base._chain, (func, tpl)))
     t._vcache = (base._st.node, node)
     return t
 
@@ -594,9 +603,13 @@ def _foreach(func: OpOverload) -> Handler:
     inplace = name.endswith("_")
     base_name = name.rstrip("_")
     overload = func._overloadname
-    candidates = {"List": ("Tensor", "default"), "Scalar": ("Scalar", "Tensor", "default"),
-                  "ScalarList": ("Scalar", "Tensor", "default"), "Tensor": ("Tensor", "default"),
-                  "default": ("default",)}.get(overload, ("default",))
+    candidates = {
+        "List": ("Tensor", "default"),
+        "Scalar": ("Scalar", "Tensor", "default"),
+        "ScalarList": ("Scalar", "Tensor", "default"),
+        "Tensor": ("Tensor", "default"),
+        "default": ("default",),
+    }.get(overload, ("default",))
     packet = getattr(aten, base_name + ("_" if inplace else ""), None)
     base = None
     if packet is not None:
@@ -645,7 +658,7 @@ def _random(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     acc = _Args()
     tpl = tuple([acc.entry(a, i in inf.scalar_pos) for i, a in enumerate(args)])
     ktpl = tuple([(k, acc.entry(v, k in inf.scalar_kw)) for k, v in kwargs.items()])
-    ktpl = ktpl + (("__rng__", (acc.add(seed), acc.add(offset))),)
+    ktpl = (*ktpl, ("__rng__", (acc.add(seed), acc.add(offset))))
     metrics.count(inf.counter)
     src = tuple(acc.operands)
     if func is aten.native_dropout.default:
@@ -725,15 +738,36 @@ def _as_list(a: Any) -> list[Any]:
 # --------------------------------------------------------------------------- resolution
 
 VIEW_OPS = {
-    aten.view.default, aten._unsafe_view.default, aten.expand.default, aten.permute.default,
-    aten.t.default, aten.transpose.int, aten.select.int, aten.slice.Tensor, aten.squeeze.default,
-    aten.squeeze.dim, aten.squeeze.dims, aten.unsqueeze.default, aten.as_strided.default,
-    aten.diagonal.default, aten._reshape_alias.default, aten.unfold.default, aten.view.dtype,
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.expand.default,
+    aten.permute.default,
+    aten.t.default,
+    aten.transpose.int,
+    aten.select.int,
+    aten.slice.Tensor,
+    aten.squeeze.default,
+    aten.squeeze.dim,
+    aten.squeeze.dims,
+    aten.unsqueeze.default,
+    aten.as_strided.default,
+    aten.diagonal.default,
+    aten._reshape_alias.default,
+    aten.unfold.default,
+    aten.view.dtype,
 }
 RANDOM_OPS = {
-    aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, aten.bernoulli_.Tensor,
-    aten.bernoulli.default, aten.bernoulli.p, aten.random_.default, getattr(aten.random_, "from"), aten.random_.to,
-    aten.exponential_.default, aten.native_dropout.default,
+    aten.normal_.default,
+    aten.uniform_.default,
+    aten.bernoulli_.float,
+    aten.bernoulli_.Tensor,
+    aten.bernoulli.default,
+    aten.bernoulli.p,
+    aten.random_.default,
+    getattr(aten.random_, "from"),
+    aten.random_.to,
+    aten.exponential_.default,
+    aten.native_dropout.default,
 }
 _SPECIAL: dict[OpOverload, Handler] = {
     aten.detach.default: _alias,
@@ -763,6 +797,7 @@ def _guarded(handler: Handler, predicate: Callable[[tuple[Any, ...]], bool]) -> 
 def _functional_of(func: OpOverload) -> OpOverload | None:
     name = func._schema.name.split("::")[-1]
     ov = func._overloadname
+    cands: tuple[str, ...]
     if name.endswith("_"):
         packet = getattr(aten, name[:-1], None)
         cands = (ov,)
@@ -833,7 +868,9 @@ def to_device_node(t: torch.Tensor, device: int, dtype: torch.dtype | None = Non
     metrics.record("OutboundData", nbytes, "bytes")
     metrics.count("CreateDataHandles")
     if events.listening():
-        events.publish(events.TransferEvent(direction="to_device", nbytes=nbytes, seconds=dt / 1e9, frames=user_frames()))
+        events.publish(
+            events.TransferEvent(direction="to_device", nbytes=nbytes, seconds=dt / 1e9, frames=user_frames())
+        )
     return ir.data(array, tuple(t.shape), dtype, device)
 
 
@@ -858,8 +895,12 @@ def to_cpu_many(ts: list[XlaTensor], reason: str) -> list[torch.Tensor]:
         metrics.count("xla::_to_cpu")
         if events.listening():
             events.publish(
-                events.TransferEvent(direction="from_device", nbytes=host.numel() * host.element_size(),
-                                     seconds=dt / 1e9, frames=user_frames())
+                events.TransferEvent(
+                    direction="from_device",
+                    nbytes=host.numel() * host.element_size(),
+                    seconds=dt / 1e9,
+                    frames=user_frames(),
+                )
             )
         out.append(host)
     return out

@@ -33,7 +33,10 @@ def _arange_step(start: Any, end: Any, step: Any = 1, *, dtype: Any = None) -> A
     import math
 
     n = max(0, math.ceil((end - start) / step))
-    return start + jnp.arange(n, dtype=jnp.float64 if isinstance(start + end + step, float) else jnp.int64) * step
+    return (
+        start
+        + jnp.arange(n, dtype=jnp.float64 if isinstance(start + end + step, float) else jnp.int64) * step
+    )
 
 
 @lowering(aten.linspace.default)

@@ -154,7 +154,7 @@ def _write(base: Any, chain: tuple[Any, ...], src: Any) -> Any:
         return jnp.reshape(new_inner, base.shape)
     if name == "aten::permute":
         dims = [_canon(d, base.ndim) for d in args[0]]
-        return jnp.transpose(new_inner, np.argsort(dims))
+        return jnp.transpose(new_inner, [int(d) for d in np.argsort(dims)])
     if name in ("aten::t", "aten::transpose"):
         return _apply_view(func, new_inner, tpl)
     if name == "aten::select":
@@ -164,9 +164,9 @@ def _write(base: Any, chain: tuple[Any, ...], src: Any) -> Any:
     if name == "aten::slice":
         dim = _canon(args[0] if args else 0, base.ndim)
         start, end, step = slice(*(list(args[1:4]) + [None] * 3)[:3]).indices(base.shape[dim])
-        index = [slice(None)] * base.ndim
-        index[dim] = slice(start, max(start, end), step)
-        return base.at[tuple(index)].set(new_inner)
+        where = [slice(None)] * base.ndim
+        where[dim] = slice(start, max(start, end), step)
+        return base.at[tuple(where)].set(new_inner)
     positions = _apply_view(func, jnp.arange(base.size, dtype=jnp.int64).reshape(base.shape), tpl)
     new_inner = jnp.broadcast_to(new_inner, positions.shape)
     return jnp.ravel(base).at[jnp.ravel(positions)].set(jnp.ravel(new_inner)).reshape(base.shape)
