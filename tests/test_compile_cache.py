@@ -84,3 +84,18 @@ def test_dead_tensors_are_not_computed(dev: torch.device, fresh_metrics: None) -
     _step(torch.ones(23, 3, device=dev), torch.ones(23, 3, device=dev))  # result dropped
     xlalab.mark_step()
     assert counter("UncachedCompile") == 0 and counter("ExecuteComputation") == 0
+
+
+def test_matmul_precision_setting_is_part_of_the_key(dev: torch.device, fresh_metrics: None) -> None:
+    a = torch.randn(5, 7).to(dev)
+    b = torch.randn(7, 3).to(dev)
+    before = torch.get_float32_matmul_precision()
+    try:
+        for precision in ("highest", "high", "highest"):
+            torch.set_float32_matmul_precision(precision)
+            out = a @ b
+            xlalab.mark_step()
+            assert out.shape == (5, 3)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert counter("UncachedCompile") == 2 and counter("CachedCompile") == 1

@@ -38,7 +38,9 @@ def _run(
         losses.append(loss.detach())
         compiles.append(met.counter_value("UncachedCompile") or 0)
     values = [float(x) for x in torch.stack([x.cpu() for x in losses])]
-    return values, [p.detach().cpu() for p in model.parameters()], compiles
+    # Parameters and buffers (batch norm's running statistics and step counter) alike.
+    state = [p.detach().cpu() for p in model.parameters()] + [b.cpu() for b in model.buffers()]
+    return values, state, compiles
 
 
 @pytest.mark.parametrize(("name", "foreach", "batch"), CASES, ids=[f"{c[0]}-foreach{c[1]}" for c in CASES])

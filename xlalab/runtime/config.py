@@ -73,7 +73,7 @@ def get(name: str) -> Any:
         raise KeyError(f"unknown xlalab setting {name!r}; known: {', '.join(sorted(SETTINGS))}") from None
 
 
-def set(name: str, value: Any) -> None:  # noqa: A001 - mirrors the registry verb
+def set(name: str, value: Any) -> None:
     if name not in SETTINGS:
         raise KeyError(f"unknown xlalab setting {name!r}; known: {', '.join(sorted(SETTINGS))}")
     _values[name] = parse(SETTINGS[name], value)

@@ -246,6 +246,11 @@ def compile_graph(graph: Graph, datas: list[Any], scalars: Any) -> Program:
 # --------------------------------------------------------------------------- execution
 
 
+def _trace_settings() -> tuple[Any, ...]:
+    """torch settings that lowerings read while tracing: part of the cache key."""
+    return (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
+
+
 def _inputs(graph: Graph, device: int) -> tuple[list[Any], Any]:
     datas = [n.value for n in graph.nodes if n.op is ir.DATA]
     vals = [float(n.value) for n in graph.nodes if n.op is ir.SCALAR]
@@ -255,13 +260,17 @@ def _inputs(graph: Graph, device: int) -> tuple[list[Any], Any]:
 
 def execute(roots: Sequence[Node], reason: str) -> list[Any]:
     """Compute ``roots`` (all on one device) and return their arrays."""
+    from .tensor import flush_tracing
+
+    flush_tracing()
     graph = linearize(roots)
     device = graph.key[-1]
     datas, scalars = _inputs(graph, device)
     metrics.record("TensorsGraphSize", len(graph.nodes), "number")
-    prog = CACHE.get(graph.key)
+    key = (graph.key, _trace_settings())
+    prog = CACHE.get(key)
     if prog is None:
-        prog = CACHE[graph.key] = compile_graph(graph, datas, scalars)
+        prog = CACHE[key] = compile_graph(graph, datas, scalars)
     else:
         metrics.count("CachedCompile")
         if events.listening():

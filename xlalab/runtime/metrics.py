@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 
 __all__ = [
@@ -96,6 +96,13 @@ class _Metric:
 
 
 _METRICS: dict[str, _Metric] = {}
+# Called before anything reads metrics: the runtime flushes samples it buffers on its hot path.
+BEFORE_READ: list[Callable[[], None]] = []
+
+
+def _flush() -> None:
+    for hook in BEFORE_READ:
+        hook()
 
 
 # --------------------------------------------------------------------------- recording
@@ -126,6 +133,19 @@ def record(name: str, value: float, kind: str = "time") -> None:
     m.count += 1
     m.total += value
     m.samples.append((_now_ns(), value))
+
+
+def record_many(name: str, values: Sequence[float], kind: str = "time") -> None:
+    """Add many samples at once, stamped now: for per-op timings buffered on a hot path."""
+    if not values:
+        return
+    m = _METRICS.get(name)
+    if m is None:
+        m = _new_metric(name, kind)
+    now = _now_ns()
+    m.count += len(values)
+    m.total += sum(values)
+    m.samples.extend([(now, v) for v in values])
 
 
 class _Timed:
@@ -273,6 +293,7 @@ def _join(lines: list[str]) -> str:
 
 def metrics_report() -> str:
     """Every metric (by name), then every non-zero counter (plain, ``xla::``, ``aten::``)."""
+    _flush()
     lines: list[str] = []
     for name, m in sorted(_METRICS.items()):
         lines.extend(_metric_lines(name, m))
@@ -305,6 +326,7 @@ def short_metrics_report(
     Order: compile-cache counters, the metrics in the order asked, the other counters in
     the order asked, then ``aten::*`` by name. Missing or zero entries are skipped.
     """
+    _flush()
     counters = list(dict.fromkeys(counter_names if counter_names else _SHORT_COUNTERS))
     metrics = list(dict.fromkeys(metric_names if metric_names else _SHORT_METRICS))
     values = dict(_nonzero_counters())
@@ -345,6 +367,7 @@ def counter_value(name: str) -> int | None:
 
 def metric_names() -> list[str]:
     """Names of the metrics that hold samples, in report order."""
+    _flush()
     return sorted(_METRICS)
 
 
@@ -353,6 +376,7 @@ def metric_data(name: str) -> tuple[int, float, tuple[tuple[float, float], ...]]
 
     The samples are the retained window (at most :data:`MAX_SAMPLES`), oldest first.
     """
+    _flush()
     m = _METRICS.get(name)
     if m is None:
         return None
@@ -370,6 +394,7 @@ def snapshot() -> dict[str, dict[str, object]]:
 
     ``{"counters": {name: value}, "metrics": {name: {"count", "total", "kind"}}}``.
     """
+    _flush()
     return {
         "counters": dict(list(COUNTERS.items())),
         "metrics": {

@@ -102,8 +102,9 @@ class XlaTensor(torch.Tensor):
     """A tensor on an ``xla`` device. Its value is ``value(t)``: pending IR or device data."""
 
     _st: Storage
-    _chain: tuple[tuple[OpOverload, Any], ...]
-    _vcache: tuple[Node, Node] | None
+    # Class-level defaults: a new non-view tensor then pays for one attribute, not three.
+    _chain: tuple[tuple[OpOverload, Any], ...] = ()
+    _vcache: tuple[Node, Node] | None = None
 
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
@@ -114,7 +115,8 @@ class XlaTensor(torch.Tensor):
             handler = _resolve(func)
         t0 = time.perf_counter_ns()
         out = handler(func, args, kwargs or {})
-        metrics.record("LazyTracing", time.perf_counter_ns() - t0)
+        # LazyTracing: buffered per op, folded into the metric at the next sync.
+        _TRACING.append(time.perf_counter_ns() - t0)
         return out
 
     # ---- reading values: these are barriers for this tensor
@@ -183,8 +185,8 @@ def wrap(node: Node, st: Storage | None = None, chain: tuple[Any, ...] = ()) -> 
         device=torch_device(node.device),
     )
     t._st = st
-    t._chain = chain
-    t._vcache = None
+    if chain:
+        t._chain = chain
     return t
 
 
@@ -426,6 +428,16 @@ def record(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
     return Node(func, src, arg, None, None, dev, None, outs, None, h)  # type: ignore[arg-type]
 
 
+_TRACING: list[int] = []  # per-op recording times (ns) since the last sync
+
+
+def flush_tracing() -> None:
+    if _TRACING:
+        metrics.record_many("LazyTracing", _TRACING)
+        _TRACING.clear()
+
+
+metrics.BEFORE_READ.append(flush_tracing)
 _COUNTERS = metrics.COUNTERS  # incremented inline on the hot path (cleared in place by clear_counters)
 
 
@@ -640,6 +652,28 @@ def _foreach(func: OpOverload) -> Handler:
     return handler
 
 
+def _functionalized(functional: OpOverload, writes: dict[int, int], n_out: int) -> Handler:
+    """An op that mutates some arguments, recorded as its functional twin.
+
+    ``writes`` maps an output of ``functional`` to the argument it updates in place (batch
+    norm's running statistics); the first ``n_out`` outputs are what the op returns.
+    """
+
+    def handler(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        mutated = [args[i] if i < len(args) else None for i in writes.values()]
+        if kwargs or any(not isinstance(m, XlaTensor) for m in mutated):
+            return _lowered(func, args, kwargs)  # nothing to update: the plain op
+        node = record(functional, args, kwargs)
+        if node is None:
+            return fallback(func, args, kwargs)
+        outs = wrap_result(node)
+        for out_index, arg_index in writes.items():
+            assign(args[arg_index], value(outs[out_index]))
+        return outs[:n_out]
+
+    return handler
+
+
 def _random(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Random ops draw from the device RNG; seed and offset are graph inputs."""
     from .device import rng_operands
@@ -779,6 +813,14 @@ _SPECIAL: dict[OpOverload, Handler] = {
     aten.unbind.int: _multi_view(_unbind_views),
     aten.split.Tensor: _multi_view(_split_views),
     aten.split_with_sizes.default: _multi_view(_split_views),
+    # Batch norm updates its running statistics in place (native_batch_norm's schema does not
+    # even say so): record the functional variant and write the new statistics back.
+    aten.native_batch_norm.default: _functionalized(
+        aten._native_batch_norm_legit_functional.default, {3: 3, 4: 4}, 3
+    ),
+    aten._native_batch_norm_legit.default: _functionalized(
+        aten._native_batch_norm_legit_functional.default, {3: 3, 4: 4}, 3
+    ),
 }
 _HANDLERS: dict[int, Handler] = {}  # keyed by id(op), like _INFO
 # Per-op switches to the CPU fallback, e.g. bool-mask indexing whose shape depends on data.

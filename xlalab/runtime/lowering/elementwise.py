@@ -1,0 +1,495 @@
+"""Lowerings of pointwise aten ops: arithmetic, comparisons, unary math, casts.
+
+Every function here works on broadcastable JAX arrays and leaves dtype promotion mostly
+to ``jax.numpy``: the runtime casts each result to the dtype torch's meta kernel
+predicts, so only a few places (integer division, integer sums) take care to compute
+in the right type rather than merely return it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from xlalab.runtime.dtypes import to_jnp
+from xlalab.runtime.lowering.registry import lowering
+
+aten = torch.ops.aten
+
+Array = jax.Array
+Scalar = Any  # a Python number or a 0-d array (see registry.py)
+
+_PY_NUMBER = (bool, int, float)
+
+
+def is_number(value: Scalar, target: float) -> bool:
+    """True only when ``value`` is a Python number equal to ``target``.
+
+    Scalars may be traced 0-d arrays, whose value is unknown while tracing; those are
+    never treated as special, so the generic (always correct) formula is used.
+    """
+    return isinstance(value, _PY_NUMBER) and value == target
+
+
+def scaled(x: Array | Scalar, factor: Scalar) -> Array | Scalar:
+    """``x * factor``, skipping the multiply for a literal 1 so int/bool math stays exact."""
+    return x if is_number(factor, 1) else x * factor
+
+
+def is_integral(*xs: Array | Scalar) -> bool:
+    """Whether the promoted type of ``xs`` is integer or bool (torch's "integral")."""
+    dt = jnp.result_type(*xs)
+    return bool(jnp.issubdtype(dt, jnp.integer) or jnp.issubdtype(dt, jnp.bool_))
+
+
+def compute_float(x: Array) -> Array:
+    """Upcast half-precision inputs to float32 for numerically touchy math.
+
+    Torch evaluates these kernels in float ``opmath`` for half/bfloat16 and rounds once;
+    doing the same keeps results within half-precision rounding of torch's.
+    """
+    if x.dtype in (jnp.float16, jnp.bfloat16):
+        return x.astype(jnp.float32)
+    return x
+
+
+# --- arithmetic -------------------------------------------------------------------
+
+
+@lowering(aten.add.Tensor, aten.add.Scalar)
+def _add(x: Array, other: Array | Scalar, alpha: Scalar = 1) -> Array:
+    return x + scaled(other, alpha)
+
+
+@lowering(aten.sub.Tensor, aten.sub.Scalar)
+def _sub(x: Array, other: Array | Scalar, alpha: Scalar = 1) -> Array:
+    return x - scaled(other, alpha)
+
+
+@lowering(aten.rsub.Tensor, aten.rsub.Scalar)
+def _rsub(x: Array, other: Array | Scalar, alpha: Scalar = 1) -> Array:
+    return other - scaled(x, alpha)
+
+
+@lowering(aten.mul.Tensor, aten.mul.Scalar)
+def _mul(x: Array, other: Array | Scalar) -> Array:
+    return x * other
+
+
+@lowering(aten.div.Tensor, aten.div.Scalar)
+def _div(x: Array, other: Array | Scalar) -> Array:
+    # torch's "/" is true division even for integer tensors.
+    return jnp.true_divide(x, other)
+
+
+@lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode(x: Array, other: Array | Scalar, rounding_mode: str | None = None) -> Array:
+    if rounding_mode is None:
+        return jnp.true_divide(x, other)
+    if rounding_mode == "floor":
+        return jnp.floor_divide(x, other)
+    if is_integral(x, other):
+        # lax.div on integers truncates toward zero, exactly like C (and torch 'trunc').
+        dt = jnp.result_type(x, other)
+        return lax.div(jnp.asarray(x, dt), jnp.asarray(other, dt))
+    return jnp.trunc(jnp.true_divide(x, other))
+
+
+@lowering(aten.floor_divide.default, aten.floor_divide.Scalar)
+def _floor_divide(x: Array, other: Array | Scalar) -> Array:
+    return jnp.floor_divide(x, other)
+
+
+@lowering(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+def _remainder(x: Array | Scalar, other: Array | Scalar) -> Array:
+    # Python-style modulo (result takes the divisor's sign), as torch.remainder.
+    return jnp.remainder(x, other)
+
+
+@lowering(aten.fmod.Tensor, aten.fmod.Scalar)
+def _fmod(x: Array, other: Array | Scalar) -> Array:
+    return jnp.fmod(x, other)
+
+
+@lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
+def _pow(x: Array | Scalar, exponent: Array | Scalar) -> Array:
+    if type(exponent) is int and exponent >= 0 and not isinstance(x, _PY_NUMBER):
+        # Small integer powers become multiplies, like torch's x*x fast path for pow(x, 2).
+        return lax.integer_pow(x, exponent)
+    return jnp.power(x, exponent)
+
+
+@lowering(aten.float_power.Tensor_Tensor, aten.float_power.Tensor_Scalar, aten.float_power.Scalar)
+def _float_power(x: Array | Scalar, exponent: Array | Scalar) -> Array:
+    # torch.float_power always computes in double.
+    return jnp.power(jnp.asarray(x, jnp.float64), jnp.asarray(exponent, jnp.float64))
+
+
+@lowering(aten.neg.default)
+def _neg(x: Array) -> Array:
+    return -x
+
+
+@lowering(aten.reciprocal.default)
+def _reciprocal(x: Array) -> Array:
+    return 1 / (x.astype(jnp.float32) if is_integral(x) else x)
+
+
+@lowering(aten.addcmul.default)
+def _addcmul(x: Array, tensor1: Array, tensor2: Array, value: Scalar = 1) -> Array:
+    # Same association as torch's CPU kernel: self + (value * t1) * t2.
+    return x + scaled(tensor1, value) * tensor2
+
+
+@lowering(aten.addcdiv.default)
+def _addcdiv(x: Array, tensor1: Array, tensor2: Array, value: Scalar = 1) -> Array:
+    # Same association as torch's CPU kernel: self + (value * t1) / t2.
+    return x + scaled(tensor1, value) / tensor2
+
+
+@lowering(aten.lerp.Scalar, aten.lerp.Tensor)
+def _lerp(x: Array, end: Array, weight: Array | Scalar) -> Array:
+    # torch switches formula at |w| = 0.5 so that lerp(a, b, 1) == b exactly.
+    diff = end - x
+    return jnp.where(jnp.abs(weight) < 0.5, x + weight * diff, end - diff * (1 - weight))
+
+
+# --- min / max / clamp ------------------------------------------------------------
+
+
+@lowering(aten.maximum.default, aten.max.other)
+def _maximum(x: Array, other: Array) -> Array:
+    return jnp.maximum(x, other)  # propagates NaN, like torch.maximum
+
+
+@lowering(aten.minimum.default, aten.min.other)
+def _minimum(x: Array, other: Array) -> Array:
+    return jnp.minimum(x, other)
+
+
+@lowering(aten.fmax.default)
+def _fmax(x: Array, other: Array) -> Array:
+    return jnp.fmax(x, other)
+
+
+@lowering(aten.fmin.default)
+def _fmin(x: Array, other: Array) -> Array:
+    return jnp.fmin(x, other)
+
+
+@lowering(aten.clamp.default, aten.clamp.Tensor)
+def _clamp(x: Array, min: Array | Scalar | None = None, max: Array | Scalar | None = None) -> Array:
+    # max(min(...)) order matters when min > max: torch then returns max.
+    if min is not None:
+        x = jnp.maximum(x, min)
+    if max is not None:
+        x = jnp.minimum(x, max)
+    return x
+
+
+@lowering(aten.clamp_min.default, aten.clamp_min.Tensor)
+def _clamp_min(x: Array, min: Array | Scalar) -> Array:
+    return jnp.maximum(x, min)
+
+
+@lowering(aten.clamp_max.default, aten.clamp_max.Tensor)
+def _clamp_max(x: Array, max: Array | Scalar) -> Array:
+    return jnp.minimum(x, max)
+
+
+# --- comparisons, logical and bitwise ops -----------------------------------------
+
+
+@lowering(aten.eq.Tensor, aten.eq.Scalar)
+def _eq(x: Array, other: Array | Scalar) -> Array:
+    return x == other
+
+
+@lowering(aten.ne.Tensor, aten.ne.Scalar)
+def _ne(x: Array, other: Array | Scalar) -> Array:
+    return x != other
+
+
+@lowering(aten.lt.Tensor, aten.lt.Scalar)
+def _lt(x: Array, other: Array | Scalar) -> Array:
+    return x < other
+
+
+@lowering(aten.le.Tensor, aten.le.Scalar)
+def _le(x: Array, other: Array | Scalar) -> Array:
+    return x <= other
+
+
+@lowering(aten.gt.Tensor, aten.gt.Scalar)
+def _gt(x: Array, other: Array | Scalar) -> Array:
+    return x > other
+
+
+@lowering(aten.ge.Tensor, aten.ge.Scalar)
+def _ge(x: Array, other: Array | Scalar) -> Array:
+    return x >= other
+
+
+@lowering(aten.logical_and.default)
+def _logical_and(x: Array, other: Array) -> Array:
+    return jnp.logical_and(x, other)
+
+
+@lowering(aten.logical_or.default)
+def _logical_or(x: Array, other: Array) -> Array:
+    return jnp.logical_or(x, other)
+
+
+@lowering(aten.logical_xor.default)
+def _logical_xor(x: Array, other: Array) -> Array:
+    return jnp.logical_xor(x, other)
+
+
+@lowering(aten.logical_not.default)
+def _logical_not(x: Array) -> Array:
+    return jnp.logical_not(x)
+
+
+@lowering(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)
+def _bitwise_and(x: Array, other: Array | Scalar) -> Array:
+    return jnp.bitwise_and(x, other)
+
+
+@lowering(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)
+def _bitwise_or(x: Array, other: Array | Scalar) -> Array:
+    return jnp.bitwise_or(x, other)
+
+
+@lowering(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)
+def _bitwise_xor(x: Array, other: Array | Scalar) -> Array:
+    return jnp.bitwise_xor(x, other)
+
+
+@lowering(aten.bitwise_not.default)
+def _bitwise_not(x: Array) -> Array:
+    return jnp.invert(x)
+
+
+@lowering(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar)
+def _left_shift(x: Array, other: Array | Scalar) -> Array:
+    return jnp.left_shift(x, other)
+
+
+@lowering(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar)
+def _right_shift(x: Array, other: Array | Scalar) -> Array:
+    return jnp.right_shift(x, other)  # arithmetic for signed types, as in torch
+
+
+@lowering(aten.isnan.default)
+def _isnan(x: Array) -> Array:
+    return jnp.isnan(x)
+
+
+@lowering(aten.isinf.default)
+def _isinf(x: Array) -> Array:
+    return jnp.isinf(x)
+
+
+@lowering(aten.isfinite.default)
+def _isfinite(x: Array) -> Array:
+    return jnp.isfinite(x)
+
+
+@lowering(aten.isposinf.default)
+def _isposinf(x: Array) -> Array:
+    return jnp.isposinf(x)
+
+
+@lowering(aten.isneginf.default)
+def _isneginf(x: Array) -> Array:
+    return jnp.isneginf(x)
+
+
+# --- unary math ---------------------------------------------------------------------
+
+# Ops whose torch semantics are exactly the jnp function of one argument. A table keeps
+# ~40 one-line lowerings readable; each entry is still one registration per overload.
+_UNARY: dict[Any, Any] = {
+    aten.abs.default: jnp.abs,
+    aten.exp.default: jnp.exp,
+    aten.exp2.default: jnp.exp2,
+    aten.expm1.default: jnp.expm1,
+    aten.log.default: jnp.log,
+    aten.log2.default: jnp.log2,
+    aten.log10.default: jnp.log10,
+    aten.log1p.default: jnp.log1p,
+    aten.sqrt.default: jnp.sqrt,
+    aten.rsqrt.default: lax.rsqrt,
+    aten.sin.default: jnp.sin,
+    aten.cos.default: jnp.cos,
+    aten.tan.default: jnp.tan,
+    aten.asin.default: jnp.arcsin,
+    aten.acos.default: jnp.arccos,
+    aten.atan.default: jnp.arctan,
+    aten.sinh.default: jnp.sinh,
+    aten.cosh.default: jnp.cosh,
+    aten.tanh.default: jnp.tanh,
+    aten.asinh.default: jnp.arcsinh,
+    aten.acosh.default: jnp.arccosh,
+    aten.atanh.default: jnp.arctanh,
+    aten.erf.default: lax.erf,
+    aten.erfc.default: lax.erfc,
+    aten.erfinv.default: lax.erf_inv,
+    aten.lgamma.default: lax.lgamma,
+    aten.digamma.default: lax.digamma,
+    aten.sigmoid.default: jax.nn.sigmoid,
+    aten.floor.default: jnp.floor,
+    aten.ceil.default: jnp.ceil,
+    aten.trunc.default: jnp.trunc,
+    aten.signbit.default: jnp.signbit,
+    aten.positive.default: lambda x: x,
+    aten.conj_physical.default: jnp.conj,
+}
+
+
+def _float_unary(fn: Any) -> Any:
+    def lower(x: Array) -> Array:
+        # Integer inputs of float math compute in float (torch returns default float).
+        if is_integral(x) and fn not in _INT_PRESERVING:
+            x = x.astype(jnp.float32)
+        return fn(x)
+
+    return lower
+
+
+_INT_PRESERVING = {jnp.abs, jnp.floor, jnp.ceil, jnp.trunc, jnp.signbit, jnp.conj}
+
+for _op, _fn in _UNARY.items():
+    lowering(_op)(_float_unary(_fn))
+
+
+@lowering(aten.relu.default)
+def _relu(x: Array) -> Array:
+    return jnp.maximum(x, jnp.zeros((), x.dtype))
+
+
+@lowering(aten.sign.default, aten.sgn.default)
+def _sign(x: Array) -> Array:
+    # torch computes (0 < x) - (x < 0), so sign(NaN) == 0, unlike jnp.sign.
+    if x.dtype == jnp.bool_:
+        return x
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
+@lowering(aten.frac.default)
+def _frac(x: Array) -> Array:
+    return x - jnp.trunc(x)
+
+
+@lowering(aten.square.default)
+def _square(x: Array) -> Array:
+    return x * x
+
+
+@lowering(aten.round.default)
+def _round(x: Array) -> Array:
+    return jnp.round(x)  # half to even, like torch
+
+
+@lowering(aten.round.decimals)
+def _round_decimals(x: Array, decimals: int = 0) -> Array:
+    # torch scales by 10**|d| with a multiply for d > 0 and a divide for d < 0.
+    scale = 10.0 ** abs(decimals)
+    if decimals >= 0:
+        return jnp.round(x * scale) / scale
+    return jnp.round(x / scale) * scale
+
+
+@lowering(aten.logit.default)
+def _logit(x: Array, eps: float | None = None) -> Array:
+    if eps is not None:
+        x = jnp.clip(x, eps, 1 - eps)
+    return jnp.log(x / (1 - x))
+
+
+@lowering(aten.nan_to_num.default)
+def _nan_to_num(
+    x: Array, nan: float | None = None, posinf: float | None = None, neginf: float | None = None
+) -> Array:
+    if is_integral(x):
+        return x
+    info = jnp.finfo(x.dtype)
+    x = jnp.where(jnp.isnan(x), 0.0 if nan is None else nan, x)
+    x = jnp.where(jnp.isposinf(x), info.max if posinf is None else posinf, x)
+    return jnp.where(jnp.isneginf(x), info.min if neginf is None else neginf, x)
+
+
+@lowering(aten.atan2.default)
+def _atan2(x: Array, other: Array) -> Array:
+    return jnp.arctan2(x, other)
+
+
+@lowering(aten.hypot.default)
+def _hypot(x: Array, other: Array) -> Array:
+    return jnp.hypot(x, other)
+
+
+@lowering(aten.copysign.Tensor, aten.copysign.Scalar)
+def _copysign(x: Array, other: Array | Scalar) -> Array:
+    return jnp.copysign(x, other)
+
+
+@lowering(aten.logaddexp.default)
+def _logaddexp(x: Array, other: Array) -> Array:
+    return jnp.logaddexp(x, other)
+
+
+@lowering(aten.xlogy.Tensor, aten.xlogy.Scalar_Other, aten.xlogy.Scalar_Self)
+def _xlogy(x: Array | Scalar, other: Array | Scalar) -> Array:
+    # x * log(y) with 0 * log(0) == 0, and NaN whenever y is NaN.
+    x, other = jnp.asarray(x), jnp.asarray(other)
+    if is_integral(x, other):
+        x, other = x.astype(jnp.float32), other.astype(jnp.float32)
+    out = jnp.where(x == 0, jnp.zeros((), jnp.result_type(x, other)), x * jnp.log(other))
+    return jnp.where(jnp.isnan(other), other, out)
+
+
+# --- selection, fill, copy ------------------------------------------------------------
+
+
+@lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(condition: Array, x: Array | Scalar, other: Array | Scalar) -> Array:
+    return jnp.where(condition, x, other)
+
+
+@lowering(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(x: Array, mask: Array, value: Array | Scalar) -> Array:
+    return jnp.where(mask, jnp.asarray(value, x.dtype), x)
+
+
+@lowering(aten.fill.Scalar, aten.fill.Tensor)
+def _fill(x: Array, value: Array | Scalar) -> Array:
+    return jnp.broadcast_to(jnp.asarray(value, x.dtype), x.shape)
+
+
+@lowering(aten.zero.default)
+def _zero(x: Array) -> Array:
+    return jnp.zeros_like(x)
+
+
+@lowering(aten.clone.default)
+def _clone(x: Array, memory_format: Any = None) -> Array:
+    return x  # JAX arrays are immutable: a clone is the value itself.
+
+
+@lowering(aten._to_copy.default)
+def _to_copy(
+    x: Array,
+    dtype: torch.dtype | None = None,
+    layout: Any = None,
+    device: Any = None,
+    pin_memory: Any = None,
+    non_blocking: bool = False,
+    memory_format: Any = None,
+) -> Array:
+    # Only the dtype conversion is ours; device moves belong to the runtime.
+    return x if dtype is None else x.astype(to_jnp(dtype))

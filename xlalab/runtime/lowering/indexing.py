@@ -1,0 +1,354 @@
+"""Lowerings of aten ops that gather, scatter, join or rearrange elements.
+
+cat/stack, index_select/gather/scatter, advanced indexing (index.Tensor, index_put),
+triangular masks, flip/roll/repeat, constant padding, sort/topk.
+
+Boolean-mask indexing (``x[mask]``) has a data-dependent result shape that XLA cannot
+express; it is refused with NotImplementedError. Masked *assignment*
+(``x[mask] = v``) keeps the shape of ``x`` and is lowered to a select.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from xlalab.runtime.lowering.elementwise import Scalar, scaled
+from xlalab.runtime.lowering.registry import lowering
+
+aten = torch.ops.aten
+
+Array = jax.Array
+
+
+def _is_mask(index: Array) -> bool:
+    return index.dtype in (jnp.bool_, jnp.uint8)
+
+
+def _data_dependent(what: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"{what} with a boolean mask has a data-dependent shape, which XLA cannot compile; "
+        "index with integer tensors (e.g. mask.nonzero() computed on the CPU) or use torch.where"
+    )
+
+
+def _index_tuple(indices: Sequence[Array | None]) -> tuple[Any, ...]:
+    """torch's list of optional index tensors as a jnp index (None means the whole dim).
+
+    jnp's advanced indexing follows NumPy's layout rules, which torch's follow too: the
+    broadcast index dims replace the indexed dims in place when the index tensors are
+    adjacent, and move to the front when a skipped dim separates them.
+    """
+    out: list[Any] = []
+    for index in indices:
+        if index is None:
+            out.append(slice(None))
+        elif _is_mask(index):
+            raise _data_dependent("indexing")
+        else:
+            out.append(index)
+    return tuple(out)
+
+
+def _dim(dim: int, ndim: int) -> int:
+    return dim % max(ndim, 1)
+
+
+# --- joining ------------------------------------------------------------------------
+
+
+@lowering(aten.cat.default)
+def _cat(tensors: Sequence[Array], dim: int = 0) -> Array:
+    # torch still accepts legacy empty 1-d tensors of shape (0,) next to any rank.
+    kept = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]
+    if not kept:
+        return tensors[0]
+    return jnp.concatenate(kept, axis=_dim(dim, kept[0].ndim))
+
+
+@lowering(aten.stack.default)
+def _stack(tensors: Sequence[Array], dim: int = 0) -> Array:
+    return jnp.stack(tensors, axis=dim)
+
+
+# --- gathering ----------------------------------------------------------------------
+
+
+@lowering(
+    aten.index.Tensor,
+    aten.index.Tensor_hacked_twin,
+    aten._unsafe_index.Tensor,
+    aten._unsafe_index.Tensor_hacked_twin,
+)
+def _index(x: Array, indices: Sequence[Array | None]) -> Array:
+    return x[_index_tuple(indices)]
+
+
+@lowering(aten.index_select.default)
+def _index_select(x: Array, dim: int, index: Array) -> Array:
+    if x.ndim == 0:
+        return x
+    return jnp.take(x, index.reshape(-1), axis=_dim(dim, x.ndim))
+
+
+@lowering(aten.take.default)
+def _take(x: Array, index: Array) -> Array:
+    return x.reshape(-1)[index]
+
+
+@lowering(aten.gather.default)
+def _gather(x: Array, dim: int, index: Array, sparse_grad: bool = False) -> Array:
+    if x.ndim == 0:
+        return x
+    dim = _dim(dim, x.ndim)
+    # torch lets the index be smaller than the input in the other dims and then reads
+    # the leading block; take_along_axis wants equal (or broadcastable) sizes.
+    block = tuple(slice(None) if d == dim else slice(0, n) for d, n in enumerate(index.shape))
+    return jnp.take_along_axis(x[block], index, axis=dim)
+
+
+# --- scattering ---------------------------------------------------------------------
+
+
+def _scatter_target(index: Array, dim: int) -> tuple[Array, ...]:
+    """Full coordinates for torch's scatter: ``index`` along ``dim``, identity elsewhere."""
+    coords = [lax.broadcasted_iota(index.dtype, index.shape, d) for d in range(index.ndim)]
+    coords[_dim(dim, index.ndim)] = index
+    return tuple(coords)
+
+
+def _src_block(src: Array | Scalar, index: Array, dtype: Any) -> Array:
+    """The part of ``src`` that scatter reads: its leading block of ``index``'s shape."""
+    src = jnp.asarray(src, dtype)
+    if src.ndim == 0:
+        return src
+    return src[tuple(slice(0, n) for n in index.shape)]
+
+
+def _scatter(x: Array, dim: int, index: Array, src: Array | Scalar, reduce: str | None) -> Array:
+    target = x.at[_scatter_target(index, dim)]
+    values = _src_block(src, index, x.dtype)
+    if reduce is None:
+        return target.set(values)
+    if reduce in ("add", "sum"):
+        return target.add(values)
+    if reduce in ("multiply", "prod"):
+        return target.multiply(values)
+    if reduce == "amax":
+        return target.max(values)
+    if reduce == "amin":
+        return target.min(values)
+    raise NotImplementedError(f"scatter reduce={reduce!r}")
+
+
+@lowering(aten.scatter.src, aten.scatter.value)
+def _scatter_set(x: Array, dim: int, index: Array, src: Array | Scalar) -> Array:
+    return _scatter(x, dim, index, src, None)
+
+
+@lowering(aten.scatter.reduce, aten.scatter.value_reduce)
+def _scatter_with_reduce(x: Array, dim: int, index: Array, src: Array | Scalar, reduce: str) -> Array:
+    return _scatter(x, dim, index, src, reduce)
+
+
+@lowering(aten.scatter_add.default)
+def _scatter_add(x: Array, dim: int, index: Array, src: Array) -> Array:
+    return _scatter(x, dim, index, src, "add")
+
+
+def _reduce_identity(reduce: str, dtype: Any) -> Scalar:
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    floating = jnp.issubdtype(dtype, jnp.floating)
+    if reduce == "amax":
+        return -jnp.inf if floating else jnp.iinfo(dtype).min
+    return jnp.inf if floating else jnp.iinfo(dtype).max
+
+
+@lowering(aten.scatter_reduce.two)
+def _scatter_reduce(
+    x: Array, dim: int, index: Array, src: Array, reduce: str, include_self: bool = True
+) -> Array:
+    target = _scatter_target(index, dim)
+    base = x if include_self else x.at[target].set(jnp.asarray(_reduce_identity(reduce, x.dtype), x.dtype))
+    if reduce != "mean":
+        return _scatter(base, dim, index, src, reduce)
+    total = _scatter(base, dim, index, src, "sum")
+    hits = jnp.zeros(x.shape, jnp.int64).at[target].add(1)
+    count = jnp.maximum(hits + int(include_self), 1).astype(x.dtype)
+    mean = jnp.floor_divide(total, count) if jnp.issubdtype(x.dtype, jnp.integer) else total / count
+    return jnp.where(hits > 0, mean, x)
+
+
+def _dim_index(dim: int, ndim: int, index: Any) -> tuple[Any, ...]:
+    return (slice(None),) * _dim(dim, ndim) + (index,)
+
+
+@lowering(aten.index_add.default)
+def _index_add(x: Array, dim: int, index: Array, source: Array, alpha: Scalar = 1) -> Array:
+    return x.at[_dim_index(dim, x.ndim, index)].add(scaled(source, alpha))
+
+
+@lowering(aten.index_copy.default)
+def _index_copy(x: Array, dim: int, index: Array, source: Array) -> Array:
+    return x.at[_dim_index(dim, x.ndim, index)].set(source.astype(x.dtype))
+
+
+@lowering(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+def _index_fill(x: Array, dim: int, index: Array, value: Array | Scalar) -> Array:
+    return x.at[_dim_index(dim, x.ndim, index)].set(jnp.asarray(value, x.dtype))
+
+
+def _mask_put(x: Array, position: int, mask: Array, values: Array, accumulate: bool) -> Array:
+    """``x[..., mask, ...] = values`` as a select, when ``values`` does not depend on how
+    many elements the mask selects (it broadcasts over the dims after the mask)."""
+    trailing = x.ndim - position - mask.ndim
+    while values.ndim > trailing and values.shape[0] == 1:
+        values = values.reshape(values.shape[1:])
+    if values.ndim > trailing:
+        raise _data_dependent("index_put with one value per selected element")
+    where = mask.astype(jnp.bool_).reshape((1,) * position + mask.shape + (1,) * trailing)
+    new = x + values if accumulate else jnp.broadcast_to(values, x.shape)
+    return jnp.where(where, new.astype(x.dtype), x)
+
+
+@lowering(
+    aten.index_put.default,
+    aten.index_put.hacked_twin,
+    aten._unsafe_index_put.default,
+    aten._unsafe_index_put.hacked_twin,
+    aten._index_put_impl.default,
+)
+def _index_put(
+    x: Array,
+    indices: Sequence[Array | None],
+    values: Array,
+    accumulate: bool = False,
+    unsafe: bool = False,
+) -> Array:
+    given = [(i, index) for i, index in enumerate(indices) if index is not None]
+    if len(given) == 1 and _is_mask(given[0][1]):
+        position, mask = given[0]
+        return _mask_put(x, position, mask, values, accumulate)
+    target = x.at[_index_tuple(indices)]
+    values = values.astype(x.dtype)
+    return target.add(values) if accumulate else target.set(values)
+
+
+@lowering(aten.masked_scatter.default)
+def _masked_scatter(x: Array, mask: Array, source: Array) -> Array:
+    # The k-th selected position takes source's k-th element: a cumsum finds k, so the
+    # result keeps a static shape even though the number of selected elements varies.
+    mask = jnp.broadcast_to(mask, x.shape)
+    position = jnp.cumsum(mask.reshape(-1).astype(jnp.int64)) - 1
+    picked = source.reshape(-1)[jnp.clip(position, 0, source.size - 1)].reshape(x.shape)
+    return jnp.where(mask, picked.astype(x.dtype), x)
+
+
+@lowering(aten.slice_scatter.default)
+def _slice_scatter(
+    x: Array, src: Array, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1
+) -> Array:
+    return x.at[_dim_index(dim, x.ndim, slice(start, end, step))].set(src.astype(x.dtype))
+
+
+@lowering(aten.select_scatter.default)
+def _select_scatter(x: Array, src: Array, dim: int, index: int) -> Array:
+    return x.at[_dim_index(dim, x.ndim, index)].set(src.astype(x.dtype))
+
+
+@lowering(aten.diagonal_scatter.default)
+def _diagonal_scatter(x: Array, src: Array, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Array:
+    moved = jnp.moveaxis(x, (dim1, dim2), (-2, -1))
+    i = jnp.arange(src.shape[-1])
+    rows, cols = i + max(-offset, 0), i + max(offset, 0)
+    moved = moved.at[..., rows, cols].set(src.astype(x.dtype))
+    return jnp.moveaxis(moved, (-2, -1), (dim1, dim2))
+
+
+# --- rearranging --------------------------------------------------------------------
+
+
+@lowering(aten.triu.default)
+def _triu(x: Array, diagonal: int = 0) -> Array:
+    return jnp.triu(x, diagonal)
+
+
+@lowering(aten.tril.default)
+def _tril(x: Array, diagonal: int = 0) -> Array:
+    return jnp.tril(x, diagonal)
+
+
+@lowering(aten.flip.default)
+def _flip(x: Array, dims: Sequence[int]) -> Array:
+    return jnp.flip(x, tuple(dims)) if len(dims) else x
+
+
+@lowering(aten.roll.default)
+def _roll(x: Array, shifts: Sequence[int], dims: Sequence[int] = ()) -> Array:
+    if len(dims) == 0:  # no dims: roll the flattened tensor
+        return jnp.roll(x.reshape(-1), shifts[0]).reshape(x.shape)
+    return jnp.roll(x, tuple(shifts), tuple(dims))
+
+
+@lowering(aten.repeat.default)
+def _repeat(x: Array, repeats: Sequence[int]) -> Array:
+    # Extra leading repeats add new leading dims, as in torch.
+    x = x.reshape((1,) * (len(repeats) - x.ndim) + x.shape)
+    return jnp.tile(x, tuple(repeats))
+
+
+@lowering(aten.constant_pad_nd.default)
+def _constant_pad_nd(x: Array, pad: Sequence[int], value: Scalar = 0) -> Array:
+    # pad lists (before, after) pairs from the last dim backwards; negative pads crop,
+    # which lax.pad does natively.
+    config = [(0, 0, 0)] * x.ndim
+    for i in range(len(pad) // 2):
+        config[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1], 0)
+    return lax.pad(x, jnp.asarray(value, x.dtype), config)
+
+
+# --- sorting ------------------------------------------------------------------------
+
+
+def _sort(x: Array, dim: int, descending: bool) -> tuple[Array, Array]:
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    # Stable argsort; NaN sorts as the largest value, first when descending, as in torch.
+    order = jnp.argsort(x, axis=dim, stable=True, descending=descending)
+    return jnp.take_along_axis(x, order, axis=dim), order
+
+
+@lowering(aten.sort.default)
+def _sort_default(x: Array, dim: int = -1, descending: bool = False) -> tuple[Array, Array]:
+    return _sort(x, dim, descending)
+
+
+@lowering(aten.sort.stable)
+def _sort_stable(
+    x: Array, stable: bool | None = None, dim: int = -1, descending: bool = False
+) -> tuple[Array, Array]:
+    return _sort(x, dim, descending)
+
+
+@lowering(aten.topk.default)
+def _topk(x: Array, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Array, Array]:
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    dim = _dim(dim, x.ndim)
+    moved = jnp.moveaxis(x, dim, -1)
+    if largest:
+        keys = moved
+    else:
+        # Order-reversing keys: negation for floats, bitwise not for integers (no overflow).
+        keys = -moved if jnp.issubdtype(x.dtype, jnp.floating) else jnp.invert(moved)
+    _, order = lax.top_k(keys, k)
+    values = jnp.take_along_axis(moved, order, axis=-1)
+    return jnp.moveaxis(values, -1, dim), jnp.moveaxis(order.astype(jnp.int64), -1, dim)

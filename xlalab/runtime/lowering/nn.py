@@ -1,0 +1,1038 @@
+"""Lowerings of neural-network aten ops and their backward ops.
+
+Convolution, pooling, normalization, softmax, losses, embedding and activations. Where a
+backward op is a plain linear function of its forward, it is lowered as ``jax.vjp`` of the
+forward lowering (conv, avg pooling, group norm): one formula to get right, not two.
+Normalization and loss backward ops are written out, since torch hands them the saved
+statistics and expects exactly its own formulas.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from xlalab.runtime.lowering.elementwise import Scalar, compute_float
+from xlalab.runtime.lowering.reductions import axes
+from xlalab.runtime.lowering.registry import lowering
+
+aten = torch.ops.aten
+
+Array = jax.Array
+Ints = int | Sequence[int]
+
+
+def _expand(v: Ints, n: int) -> tuple[int, ...]:
+    """Torch accepts one value for every spatial dim (``stride=[2]``); spell it out."""
+    v = (v,) if isinstance(v, int) else tuple(v)
+    return v * n if len(v) == 1 else v
+
+
+def _channel(v: Array, ndim: int) -> Array:
+    """A per-channel vector shaped to broadcast against an (N, C, *spatial) array."""
+    return v.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+# --- convolution --------------------------------------------------------------------
+
+
+def _conv_precision() -> lax.Precision:
+    # Mirror torch's default: cuDNN convolutions may use TF32 unless the user forbids it.
+    return lax.Precision.DEFAULT if torch.backends.cudnn.allow_tf32 else lax.Precision.HIGHEST
+
+
+def _conv_dimension_numbers(nd: int) -> tuple[str, str, str]:
+    spatial = "DHW"[3 - nd :]
+    return ("NC" + spatial, "OI" + spatial, "NC" + spatial)
+
+
+def conv(
+    x: Array,
+    weight: Array,
+    bias: Array | None,
+    stride: Ints,
+    padding: Ints,
+    dilation: Ints,
+    transposed: bool,
+    output_padding: Ints,
+    groups: int,
+) -> Array:
+    nd = weight.ndim - 2
+    stride, padding, dilation = _expand(stride, nd), _expand(padding, nd), _expand(dilation, nd)
+    dn = _conv_dimension_numbers(nd)
+    if not transposed:
+        pads = [(p, p) for p in padding]
+        out = lax.conv_general_dilated(
+            x, weight, stride, pads, rhs_dilation=dilation, dimension_numbers=dn,
+            feature_group_count=groups, precision=_conv_precision(),
+        )  # fmt: skip
+    else:
+        # A transposed conv is the gradient of a conv: dilate the input by the stride,
+        # convolve with the spatially flipped kernel whose in/out channels are swapped
+        # within each group, and pad so that torch's `padding` crops the full output.
+        k = weight.shape[2:]
+        cin, cout_g = weight.shape[0], weight.shape[1]
+        w = weight.reshape(groups, cin // groups, cout_g, *k)
+        w = jnp.swapaxes(w, 1, 2).reshape(groups * cout_g, cin // groups, *k)
+        w = jnp.flip(w, axis=tuple(range(2, 2 + nd)))
+        out_pad = _expand(output_padding, nd)
+        pads = [
+            (d * (kk - 1) - p, d * (kk - 1) - p + op)
+            for kk, p, d, op in zip(k, padding, dilation, out_pad, strict=True)
+        ]
+        out = lax.conv_general_dilated(
+            x, w, (1,) * nd, pads, lhs_dilation=stride, rhs_dilation=dilation, dimension_numbers=dn,
+            feature_group_count=groups, precision=_conv_precision(),
+        )  # fmt: skip
+    if bias is not None:
+        out = out + _channel(bias, out.ndim)
+    return out
+
+
+@lowering(aten.convolution.default)
+def _convolution(
+    x: Array,
+    weight: Array,
+    bias: Array | None,
+    stride: Ints,
+    padding: Ints,
+    dilation: Ints,
+    transposed: bool,
+    output_padding: Ints,
+    groups: int,
+) -> Array:
+    return conv(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+
+
+@lowering(aten.convolution_backward.default)
+def _convolution_backward(
+    grad_output: Array,
+    x: Array,
+    weight: Array,
+    bias_sizes: Sequence[int] | None,
+    stride: Ints,
+    padding: Ints,
+    dilation: Ints,
+    transposed: bool,
+    output_padding: Ints,
+    groups: int,
+    output_mask: Sequence[bool],
+) -> tuple[Array | None, Array | None, Array | None]:
+    def forward(x_: Array, w_: Array) -> Array:
+        return conv(x_, w_, None, stride, padding, dilation, transposed, output_padding, groups)
+
+    out, pullback = jax.vjp(forward, x, weight)
+    # Under jit XLA drops whichever of the two gradients the mask throws away.
+    grad_x, grad_w = pullback(grad_output.astype(out.dtype))
+    grad_b = jnp.sum(grad_output, axis=(0, *range(2, grad_output.ndim))) if output_mask[2] else None
+    return (grad_x if output_mask[0] else None, grad_w if output_mask[1] else None, grad_b)
+
+
+# --- pooling ------------------------------------------------------------------------
+
+
+def _pool_out(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """torch's pooling_output_shape, including its ceil_mode rule that the last window
+    must start inside the input or its left padding."""
+    out = (size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def _pool2d_geometry(
+    x: Array, kernel_size: Ints, stride: Ints, padding: Ints, dilation: Ints, ceil_mode: bool
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, int]]:
+    k = _expand(kernel_size, 2)
+    empty_stride = not isinstance(stride, int) and len(stride) == 0
+    s = k if empty_stride else _expand(stride, 2)  # torch: an empty stride means kernel_size
+    p, d = _expand(padding, 2), _expand(dilation, 2)
+    h, w = x.shape[-2:]
+    out = (_pool_out(h, k[0], s[0], p[0], d[0], ceil_mode), _pool_out(w, k[1], s[1], p[1], d[1], ceil_mode))
+    return k, s, p, d, out
+
+
+def _frame(out: int, k: int, s: int, d: int) -> int:
+    """Extent of the padded input that the ``out`` windows cover."""
+    return (out - 1) * s + d * (k - 1) + 1
+
+
+def _pad_to_frame(x: Array, k: Sequence[int], s: Sequence[int], p: Sequence[int], d: Sequence[int],
+                  out: Sequence[int], value: Scalar) -> Array:  # fmt: skip
+    """Pad H, W by ``p`` below and to the windows' frame above (cropping when ceil_mode
+    leaves trailing rows unused)."""
+    cfg = [(0, 0, 0)] * (x.ndim - 2)
+    for i in range(2):
+        size = x.shape[x.ndim - 2 + i]
+        cfg.append((p[i], _frame(out[i], k[i], s[i], d[i]) - size - p[i], 0))
+    return lax.pad(x, jnp.asarray(value, x.dtype), cfg)
+
+
+def _lowest(dtype: jnp.dtype) -> Scalar:
+    if jnp.issubdtype(dtype, jnp.floating):
+        return -jnp.inf
+    if dtype == jnp.bool_:
+        return False
+    return jnp.iinfo(dtype).min
+
+
+@lowering(aten.max_pool2d_with_indices.default)
+def _max_pool2d_with_indices(
+    x: Array,
+    kernel_size: Ints,
+    stride: Ints = (),
+    padding: Ints = 0,
+    dilation: Ints = 1,
+    ceil_mode: bool = False,
+) -> tuple[Array, Array]:
+    k, s, p, d, out = _pool2d_geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
+    xp = _pad_to_frame(x, k, s, p, d, out, _lowest(x.dtype))
+    lead = x.shape[:-2]
+    # One strided slice per kernel offset: (K, ..., OH, OW). argmax over K picks the first
+    # maximal offset in row-major kernel order, which is torch's tie rule (strict >).
+    windows = jnp.stack(
+        [
+            lax.slice(
+                xp,
+                (0,) * len(lead) + (i * d[0], j * d[1]),
+                (*lead, i * d[0] + (out[0] - 1) * s[0] + 1, j * d[1] + (out[1] - 1) * s[1] + 1),
+                (1,) * len(lead) + tuple(s),
+            )
+            for i in range(k[0])
+            for j in range(k[1])
+        ]
+    )
+    which = jnp.argmax(windows, axis=0)
+    values = jnp.max(windows, axis=0)
+    oh = lax.broadcasted_iota(jnp.int64, which.shape, which.ndim - 2)
+    ow = lax.broadcasted_iota(jnp.int64, which.shape, which.ndim - 1)
+    row = oh * s[0] - p[0] + (which // k[1]) * d[0]
+    col = ow * s[1] - p[1] + (which % k[1]) * d[1]
+    # torch's indices are flat positions within each (H, W) plane.
+    return values, row * x.shape[-1] + col
+
+
+@lowering(aten.max_pool2d.default)
+def _max_pool2d(
+    x: Array,
+    kernel_size: Ints,
+    stride: Ints = (),
+    padding: Ints = 0,
+    dilation: Ints = 1,
+    ceil_mode: bool = False,
+) -> Array:
+    k, s, p, d, out = _pool2d_geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
+    xp = _pad_to_frame(x, k, s, p, d, out, _lowest(x.dtype))
+    nl = x.ndim - 2
+    return lax.reduce_window(
+        xp, np.asarray(_lowest(x.dtype), x.dtype), lax.max, (1,) * nl + tuple(k), (1,) * nl + tuple(s),
+        "VALID", window_dilation=(1,) * nl + tuple(d),
+    )  # fmt: skip
+
+
+@lowering(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_with_indices_backward(
+    grad_output: Array,
+    x: Array,
+    kernel_size: Ints,
+    stride: Ints,
+    padding: Ints,
+    dilation: Ints,
+    ceil_mode: bool,
+    indices: Array,
+) -> Array:
+    k, s, p, d, out = _pool2d_geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
+    h, w = x.shape[-2:]
+    nl = x.ndim - 2
+    # Recover each output's kernel offset from its flat index, then route the gradient of
+    # every offset to its input position with an interior-padded lax.pad: no scatter, and
+    # the sums over overlapping windows happen in a fixed order.
+    oh = lax.broadcasted_iota(indices.dtype, indices.shape, indices.ndim - 2)
+    ow = lax.broadcasted_iota(indices.dtype, indices.shape, indices.ndim - 1)
+    ki = (indices // w - (oh * s[0] - p[0])) // d[0]
+    kj = (indices % w - (ow * s[1] - p[1])) // d[1]
+    which = ki * k[1] + kj
+    fh, fw = _frame(out[0], k[0], s[0], d[0]), _frame(out[1], k[1], s[1], d[1])
+    zero = jnp.zeros((), grad_output.dtype)
+    total = jnp.zeros((*x.shape[:-2], fh, fw), grad_output.dtype)
+    for i in range(k[0]):
+        for j in range(k[1]):
+            g = jnp.where(which == i * k[1] + j, grad_output, zero)
+            lo_h, lo_w = i * d[0], j * d[1]
+            cfg = [(0, 0, 0)] * nl + [
+                (lo_h, fh - lo_h - (out[0] - 1) * s[0] - 1, s[0] - 1),
+                (lo_w, fw - lo_w - (out[1] - 1) * s[1] - 1, s[1] - 1),
+            ]
+            total = total + lax.pad(g, zero, cfg)
+    # Frame row f is input row f - p: crop the padding, extend with zeros if short.
+    return lax.pad(total, zero, [(0, 0, 0)] * nl + [(-p[0], h + p[0] - fh, 0), (-p[1], w + p[1] - fw, 0)])
+
+
+def _avg_divisor(size: int, k: int, s: int, p: int, out: int, count_include_pad: bool) -> np.ndarray:
+    """Per-output-position divisor along one axis, as torch's avg_pool2d kernel computes it."""
+    div = []
+    for o in range(out):
+        start = o * s - p
+        end = min(start + k, size + p)
+        if count_include_pad:
+            div.append(end - start)
+        else:
+            div.append(min(end, size) - max(start, 0))
+    return np.asarray(div, dtype=np.float64)
+
+
+@lowering(aten.avg_pool2d.default)
+def _avg_pool2d(
+    x: Array,
+    kernel_size: Ints,
+    stride: Ints = (),
+    padding: Ints = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Array:
+    k, s, p, d, out = _pool2d_geometry(x, kernel_size, stride, padding, 1, ceil_mode)
+    xf = compute_float(x)
+    xp = _pad_to_frame(xf, k, s, p, d, out, 0)
+    nl = x.ndim - 2
+    sums = lax.reduce_window(
+        xp, np.zeros((), xf.dtype), lax.add, (1,) * nl + tuple(k), (1,) * nl + tuple(s), "VALID"
+    )
+    if divisor_override:
+        divisor: np.ndarray | int = divisor_override
+    else:
+        # Static shapes make the divisors trace-time constants.
+        h, w = x.shape[-2:]
+        divisor = np.outer(
+            _avg_divisor(h, k[0], s[0], p[0], out[0], count_include_pad),
+            _avg_divisor(w, k[1], s[1], p[1], out[1], count_include_pad),
+        )
+    return (sums / jnp.asarray(divisor, xf.dtype)).astype(x.dtype)
+
+
+@lowering(aten.avg_pool2d_backward.default)
+def _avg_pool2d_backward(
+    grad_output: Array,
+    x: Array,
+    kernel_size: Ints,
+    stride: Ints,
+    padding: Ints,
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+) -> Array:
+    def forward(x_: Array) -> Array:
+        return _avg_pool2d(x_, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+    out, pullback = jax.vjp(forward, x)
+    return pullback(grad_output.astype(out.dtype))[0]
+
+
+def _adaptive_matrix(size: int, out: int) -> np.ndarray:
+    """(out, size) averaging matrix with torch's adaptive windows [floor(i*n/o), ceil((i+1)*n/o))."""
+    m = np.zeros((out, size))
+    for i in range(out):
+        start, end = (i * size) // out, -(-((i + 1) * size) // out)
+        m[i, start:end] = 1.0 / (end - start)
+    return m
+
+
+@lowering(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg_pool2d(x: Array, output_size: Ints) -> Array:
+    oh, ow = _expand(output_size, 2)
+    h, w = x.shape[-2:]
+    xf = compute_float(x)
+    if h % oh == 0 and w % ow == 0:
+        # Equal windows (global pooling included): a reshape and a mean, exact like torch.
+        tiles = xf.reshape(*x.shape[:-2], oh, h // oh, ow, w // ow)
+        return jnp.mean(tiles, axis=(-3, -1)).astype(x.dtype)
+    mh = jnp.asarray(_adaptive_matrix(h, oh), xf.dtype)
+    mw = jnp.asarray(_adaptive_matrix(w, ow), xf.dtype)
+    out = jnp.einsum("...hw,ph,qw->...pq", xf, mh, mw, precision=lax.Precision.HIGHEST)
+    return out.astype(x.dtype)
+
+
+@lowering(aten._adaptive_avg_pool2d_backward.default)
+def _adaptive_avg_pool2d_backward(grad_output: Array, x: Array) -> Array:
+    out_size = grad_output.shape[-2:]
+    out, pullback = jax.vjp(lambda x_: _adaptive_avg_pool2d(x_, out_size), x)
+    return pullback(grad_output.astype(out.dtype))[0]
+
+
+# --- batch / layer / group norm -------------------------------------------------------
+
+
+def _batch_norm(
+    x: Array,
+    weight: Array | None,
+    bias: Array | None,
+    running_mean: Array | None,
+    running_var: Array | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[Array, Array, Array, Array | None, Array | None]:
+    """(out, save_mean, save_invstd, new_running_mean, new_running_var)."""
+    xf = compute_float(x)
+    reduce = (0, *range(2, x.ndim))
+    if training:
+        mean = jnp.mean(xf, axis=reduce)
+        centered = xf - _channel(mean, x.ndim)
+        var = jnp.mean(centered * centered, axis=reduce)  # biased, for normalizing
+        n = x.size // x.shape[1]
+        if running_mean is not None:
+            running_mean = ((1 - momentum) * running_mean + momentum * mean).astype(running_mean.dtype)
+        if running_var is not None:
+            # The running variance is the unbiased one.
+            new_var = (1 - momentum) * running_var + momentum * var * (n / max(n - 1, 1))
+            running_var = new_var.astype(running_var.dtype)
+    else:
+        assert running_mean is not None and running_var is not None, "eval batch_norm needs running stats"
+        mean, var = running_mean.astype(xf.dtype), running_var.astype(xf.dtype)
+        centered = xf - _channel(mean, x.ndim)
+    invstd = 1 / jnp.sqrt(var + eps)
+    out = centered * _channel(invstd, x.ndim)
+    if weight is not None:
+        out = out * _channel(weight, x.ndim)
+    if bias is not None:
+        out = out + _channel(bias, x.ndim)
+    # In eval mode torch's CPU kernel returns empty save_mean/save_invstd, but the meta
+    # kernel (which the runtime trusts for shapes) says (C,): give the running stats.
+    return out.astype(x.dtype), mean, invstd, running_mean, running_var
+
+
+@lowering(aten.native_batch_norm.default, aten._native_batch_norm_legit.default)
+def _native_batch_norm(
+    x: Array,
+    weight: Array | None,
+    bias: Array | None,
+    running_mean: Array | None,
+    running_var: Array | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[Array, Array, Array]:
+    # These overloads update running_mean/var in place; the new values are the last two
+    # outputs of _native_batch_norm_legit_functional, which takes the same arguments.
+    return _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)[:3]
+
+
+@lowering(aten._native_batch_norm_legit_functional.default)
+def _native_batch_norm_legit_functional(
+    x: Array,
+    weight: Array | None,
+    bias: Array | None,
+    running_mean: Array,
+    running_var: Array,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[Array, Array, Array, Array | None, Array | None]:
+    return _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+@lowering(aten._native_batch_norm_legit.no_stats)
+def _native_batch_norm_legit_no_stats(
+    x: Array, weight: Array | None, bias: Array | None, training: bool, momentum: float, eps: float
+) -> tuple[Array, Array, Array]:
+    return _batch_norm(x, weight, bias, None, None, True, momentum, eps)[:3]
+
+
+@lowering(aten._native_batch_norm_legit_no_training.default)
+def _native_batch_norm_legit_no_training(
+    x: Array,
+    weight: Array | None,
+    bias: Array | None,
+    running_mean: Array,
+    running_var: Array,
+    momentum: float,
+    eps: float,
+) -> tuple[Array, Array, Array]:
+    return _batch_norm(x, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
+
+
+@lowering(aten.native_batch_norm_backward.default)
+def _native_batch_norm_backward(
+    grad_out: Array,
+    x: Array,
+    weight: Array | None,
+    running_mean: Array | None,
+    running_var: Array | None,
+    save_mean: Array | None,
+    save_invstd: Array | None,
+    train: bool,
+    eps: float,
+    output_mask: Sequence[bool],
+) -> tuple[Array | None, Array | None, Array | None]:
+    xf, g = compute_float(x), compute_float(grad_out)
+    reduce = (0, *range(2, x.ndim))
+    if train:
+        assert save_mean is not None and save_invstd is not None
+        mean, invstd = save_mean, save_invstd
+    else:
+        assert running_mean is not None and running_var is not None
+        mean, invstd = running_mean, 1 / jnp.sqrt(running_var.astype(xf.dtype) + eps)
+    xhat = (xf - _channel(mean, x.ndim)) * _channel(invstd, x.ndim)
+    grad_bias = jnp.sum(g, axis=reduce)
+    grad_weight = jnp.sum(g * xhat, axis=reduce)
+    scale = invstd if weight is None else invstd * weight
+    if train:
+        # Batch statistics depend on x: subtract the mean gradient and its projection on xhat.
+        n = x.size // x.shape[1]
+        gi = (g - _channel(grad_bias / n, x.ndim) - xhat * _channel(grad_weight / n, x.ndim)) * _channel(
+            scale, x.ndim
+        )
+    else:
+        gi = g * _channel(scale, x.ndim)
+    return (
+        gi.astype(x.dtype) if output_mask[0] else None,
+        grad_weight if output_mask[1] else None,
+        grad_bias if output_mask[2] else None,
+    )
+
+
+@lowering(aten.native_layer_norm.default)
+def _native_layer_norm(
+    x: Array, normalized_shape: Sequence[int], weight: Array | None, bias: Array | None, eps: float
+) -> tuple[Array, Array, Array]:
+    xf = compute_float(x)
+    norm_axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    mean = jnp.mean(xf, axis=norm_axes, keepdims=True)
+    centered = xf - mean
+    rstd = 1 / jnp.sqrt(jnp.mean(centered * centered, axis=norm_axes, keepdims=True) + eps)
+    out = centered * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out.astype(x.dtype), mean, rstd
+
+
+@lowering(aten.native_layer_norm_backward.default)
+def _native_layer_norm_backward(
+    grad_out: Array,
+    x: Array,
+    normalized_shape: Sequence[int],
+    mean: Array,
+    rstd: Array,
+    weight: Array | None,
+    bias: Array | None,
+    output_mask: Sequence[bool],
+) -> tuple[Array | None, Array | None, Array | None]:
+    xf, g = compute_float(x), compute_float(grad_out)
+    k = len(normalized_shape)
+    norm_axes = tuple(range(x.ndim - k, x.ndim))
+    batch_axes = tuple(range(x.ndim - k))
+    xhat = (xf - mean) * rstd
+    gxhat = g if weight is None else g * weight
+    gi = rstd * (
+        gxhat
+        - jnp.mean(gxhat, axis=norm_axes, keepdims=True)
+        - xhat * jnp.mean(gxhat * xhat, axis=norm_axes, keepdims=True)
+    )
+    return (
+        gi.astype(x.dtype) if output_mask[0] else None,
+        jnp.sum(g * xhat, axis=batch_axes) if output_mask[1] else None,
+        jnp.sum(g, axis=batch_axes) if output_mask[2] else None,
+    )
+
+
+def _group_norm(
+    x: Array, weight: Array | None, bias: Array | None, group: int, eps: float
+) -> tuple[Array, Array, Array]:
+    xf = compute_float(x).reshape(x.shape[0], group, -1)
+    mean = jnp.mean(xf, axis=-1, keepdims=True)
+    centered = xf - mean
+    rstd = 1 / jnp.sqrt(jnp.mean(centered * centered, axis=-1, keepdims=True) + eps)
+    out = (centered * rstd).reshape(x.shape)
+    if weight is not None:
+        out = out * _channel(weight, x.ndim)
+    if bias is not None:
+        out = out + _channel(bias, x.ndim)
+    return out.astype(x.dtype), mean[..., 0], rstd[..., 0]
+
+
+@lowering(aten.native_group_norm.default)
+def _native_group_norm(
+    x: Array, weight: Array | None, bias: Array | None, N: int, C: int, HxW: int, group: int, eps: float
+) -> tuple[Array, Array, Array]:
+    return _group_norm(x, weight, bias, group, eps)
+
+
+@lowering(aten.native_group_norm_backward.default)
+def _native_group_norm_backward(
+    grad_out: Array,
+    x: Array,
+    mean: Array,
+    rstd: Array,
+    weight: Array | None,
+    N: int,
+    C: int,
+    HxW: int,
+    group: int,
+    output_mask: Sequence[bool],
+) -> tuple[Array | None, Array | None, Array | None]:
+    # Layer norm's backward over each (sample, group) block, with a per-channel weight.
+    g = compute_float(grad_out)
+    xhat = ((compute_float(x).reshape(N, group, -1) - mean[..., None]) * rstd[..., None]).reshape(x.shape)
+    gxhat = (g if weight is None else g * _channel(weight, x.ndim)).reshape(N, group, -1)
+    xh = xhat.reshape(N, group, -1)
+    gi = rstd[..., None] * (
+        gxhat - jnp.mean(gxhat, axis=-1, keepdims=True) - xh * jnp.mean(gxhat * xh, axis=-1, keepdims=True)
+    )
+    reduce = (0, *range(2, x.ndim))
+    return (
+        gi.reshape(x.shape).astype(x.dtype) if output_mask[0] else None,
+        jnp.sum(g * xhat, axis=reduce) if output_mask[1] else None,
+        jnp.sum(g, axis=reduce) if output_mask[2] else None,
+    )
+
+
+# --- softmax ------------------------------------------------------------------------
+
+
+def _out_dtype(x: Array, half_to_float: bool) -> jnp.dtype:
+    return jnp.float32 if half_to_float else x.dtype
+
+
+@lowering(aten._softmax.default)
+def _softmax(x: Array, dim: int, half_to_float: bool = False) -> Array:
+    xf, ax = compute_float(x), axes(x, dim)
+    e = jnp.exp(xf - jnp.max(xf, axis=ax, keepdims=True))
+    return (e / jnp.sum(e, axis=ax, keepdims=True)).astype(_out_dtype(x, half_to_float))
+
+
+@lowering(aten._log_softmax.default)
+def _log_softmax(x: Array, dim: int, half_to_float: bool = False) -> Array:
+    xf, ax = compute_float(x), axes(x, dim)
+    shifted = xf - jnp.max(xf, axis=ax, keepdims=True)
+    out = shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=ax, keepdims=True))
+    return out.astype(_out_dtype(x, half_to_float))
+
+
+@lowering(aten._softmax_backward_data.default)
+def _softmax_backward_data(grad_output: Array, output: Array, dim: int, input_dtype: torch.dtype) -> Array:
+    g, y = compute_float(grad_output), compute_float(output)
+    return (y * (g - jnp.sum(g * y, axis=axes(y, dim), keepdims=True))).astype(grad_output.dtype)
+
+
+@lowering(aten._log_softmax_backward_data.default)
+def _log_softmax_backward_data(
+    grad_output: Array, output: Array, dim: int, input_dtype: torch.dtype
+) -> Array:
+    g, y = compute_float(grad_output), compute_float(output)
+    return (g - jnp.exp(y) * jnp.sum(g, axis=axes(y, dim), keepdims=True)).astype(grad_output.dtype)
+
+
+# --- losses -------------------------------------------------------------------------
+
+
+def _nll_weights(
+    x: Array, target: Array, weight: Array | None, ignore_index: int
+) -> tuple[Array, Array, int]:
+    """(per-target weight, with 0 where ignored; target made safe to index; class axis)."""
+    class_axis = 1 if x.ndim >= 2 else 0
+    valid = target != ignore_index
+    safe = jnp.where(valid, target, 0)  # ignored targets may be out of range (e.g. -100)
+    w = jnp.ones((), x.dtype) if weight is None else weight[safe]
+    return jnp.where(valid, w, jnp.zeros((), x.dtype)).astype(x.dtype), safe, class_axis
+
+
+def _nll_forward(
+    x: Array, target: Array, weight: Array | None, reduction: int, ignore_index: int
+) -> tuple[Array, Array]:
+    w, safe, class_axis = _nll_weights(x, target, weight, ignore_index)
+    picked = jnp.take_along_axis(x, jnp.expand_dims(safe, class_axis), axis=class_axis)
+    losses = -jnp.squeeze(picked, class_axis) * w
+    total_weight = jnp.sum(w)
+    if reduction == 0:
+        # Per-sample losses; torch then reports a zero total_weight, except for a single
+        # sample (1-d input), where it is that sample's weight.
+        return losses, total_weight if x.ndim == 1 else jnp.zeros((), x.dtype)
+    total = jnp.sum(losses)
+    return (total / total_weight if reduction == 1 else total), total_weight
+
+
+def _nll_backward(
+    grad_output: Array,
+    x: Array,
+    target: Array,
+    weight: Array | None,
+    reduction: int,
+    ignore_index: int,
+    total_weight: Array,
+) -> Array:
+    w, safe, class_axis = _nll_weights(x, target, weight, ignore_index)
+    scale = grad_output / total_weight if reduction == 1 else grad_output
+    coeff = jnp.expand_dims(-w * scale, class_axis)
+    hit = jnp.expand_dims(safe, class_axis) == lax.broadcasted_iota(safe.dtype, x.shape, class_axis)
+    return jnp.where(hit, coeff, jnp.zeros((), x.dtype)).astype(x.dtype)
+
+
+@lowering(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
+def _nll_loss_forward(
+    x: Array, target: Array, weight: Array | None, reduction: int, ignore_index: int
+) -> tuple[Array, Array]:
+    return _nll_forward(x, target, weight, reduction, ignore_index)
+
+
+@lowering(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
+def _nll_loss_backward(
+    grad_output: Array,
+    x: Array,
+    target: Array,
+    weight: Array | None,
+    reduction: int,
+    ignore_index: int,
+    total_weight: Array,
+) -> Array:
+    return _nll_backward(grad_output, x, target, weight, reduction, ignore_index, total_weight)
+
+
+def _reduce_loss(loss: Array, reduction: int) -> Array:
+    if reduction == 1:
+        return jnp.mean(loss)
+    return jnp.sum(loss) if reduction == 2 else loss
+
+
+@lowering(aten.mse_loss.default)
+def _mse_loss(x: Array, target: Array, reduction: int = 1) -> Array:
+    diff = x - target
+    return _reduce_loss(diff * diff, reduction)
+
+
+@lowering(aten.mse_loss_backward.default)
+def _mse_loss_backward(grad_output: Array, x: Array, target: Array, reduction: int) -> Array:
+    norm = 2 / x.size if reduction == 1 else 2
+    return norm * (x - target) * grad_output
+
+
+def _loss_norm(x: Array, reduction: int) -> float:
+    """The factor a reduction puts on each element's gradient."""
+    return 1 / x.size if reduction == 1 else 1.0
+
+
+@lowering(aten.binary_cross_entropy.default)
+def _binary_cross_entropy(x: Array, target: Array, weight: Array | None = None, reduction: int = 1) -> Array:
+    # torch clamps both logs at -100 so that probabilities of exactly 0 or 1 stay finite.
+    loss = (target - 1) * jnp.maximum(jnp.log1p(-x), -100) - target * jnp.maximum(jnp.log(x), -100)
+    return _reduce_loss(loss if weight is None else loss * weight, reduction)
+
+
+@lowering(aten.binary_cross_entropy_backward.default)
+def _binary_cross_entropy_backward(
+    grad_output: Array, x: Array, target: Array, weight: Array | None = None, reduction: int = 1
+) -> Array:
+    grad = grad_output * (x - target) / jnp.maximum((1 - x) * x, 1e-12) * _loss_norm(x, reduction)
+    return grad if weight is None else grad * weight
+
+
+@lowering(aten.binary_cross_entropy_with_logits.default)
+def _binary_cross_entropy_with_logits(
+    x: Array, target: Array, weight: Array | None = None, pos_weight: Array | None = None, reduction: int = 1
+) -> Array:
+    # softplus(-x) written so that neither exp overflows: log1p(exp(-|x|)) + max(-x, 0).
+    softplus_neg = jnp.log1p(jnp.exp(-jnp.abs(x))) + jnp.maximum(-x, 0)
+    log_weight = 1 if pos_weight is None else (pos_weight - 1) * target + 1
+    loss = (1 - target) * x + log_weight * softplus_neg
+    return _reduce_loss(loss if weight is None else loss * weight, reduction)
+
+
+@lowering(aten.smooth_l1_loss.default)
+def _smooth_l1_loss(x: Array, target: Array, reduction: int = 1, beta: float = 1.0) -> Array:
+    d = jnp.abs(x - target)
+    if beta == 0:  # torch falls back to plain L1
+        return _reduce_loss(d, reduction)
+    return _reduce_loss(jnp.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta), reduction)
+
+
+@lowering(aten.smooth_l1_loss_backward.default)
+def _smooth_l1_loss_backward(
+    grad_output: Array, x: Array, target: Array, reduction: int, beta: float
+) -> Array:
+    d = x - target
+    slope = jnp.sign(d) if beta == 0 else jnp.where(jnp.abs(d) < beta, d / beta, jnp.sign(d))
+    return slope * grad_output * _loss_norm(x, reduction)
+
+
+@lowering(aten.huber_loss.default)
+def _huber_loss(x: Array, target: Array, reduction: int = 1, delta: float = 1.0) -> Array:
+    d = jnp.abs(x - target)
+    return _reduce_loss(jnp.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta)), reduction)
+
+
+@lowering(aten.huber_loss_backward.default)
+def _huber_loss_backward(grad_output: Array, x: Array, target: Array, reduction: int, delta: float) -> Array:
+    d = x - target
+    return jnp.clip(d, -delta, delta) * grad_output * _loss_norm(x, reduction)
+
+
+# --- embedding ----------------------------------------------------------------------
+
+
+@lowering(aten.embedding.default)
+def _embedding(
+    weight: Array,
+    indices: Array,
+    padding_idx: int = -1,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Array:
+    return jnp.take(weight, indices, axis=0)
+
+
+@lowering(aten.embedding_dense_backward.default)
+def _embedding_dense_backward(
+    grad_output: Array, indices: Array, num_weights: int, padding_idx: int, scale_grad_by_freq: bool
+) -> Array:
+    idx = indices.reshape(-1)
+    g = compute_float(grad_output).reshape(idx.shape[0], -1)  # accumulate halves in float
+    if padding_idx >= 0:
+        g = jnp.where((idx == padding_idx)[:, None], jnp.zeros((), g.dtype), g)
+    if scale_grad_by_freq:
+        counts = jnp.zeros((num_weights,), g.dtype).at[idx].add(1)
+        g = g / counts[idx][:, None]
+    out = jnp.zeros((num_weights, g.shape[1]), g.dtype).at[idx].add(g)
+    return out.astype(grad_output.dtype)
+
+
+# --- upsampling ---------------------------------------------------------------------
+
+
+def _nearest_source(out: int, size: int, scale: float | None) -> np.ndarray:
+    """torch's nearest-neighbour source rows: floor(dst * in/out) (or * 1/scale when
+    the caller gave a scale), computed in float32 as torch does, clamped to the input."""
+    ratio = np.float32(1.0 / scale if scale else size / out)
+    src = np.floor(np.arange(out, dtype=np.float32) * ratio).astype(np.int64)
+    return np.minimum(src, size - 1)
+
+
+def _upsample_nearest(x: Array, output_size: Sequence[int], scales: Sequence[float | None]) -> Array:
+    nd = len(output_size)
+    for i, (out, scale) in enumerate(zip(output_size, scales, strict=True)):
+        axis = x.ndim - nd + i
+        x = jnp.take(x, jnp.asarray(_nearest_source(out, x.shape[axis], scale)), axis=axis)
+    return x
+
+
+@lowering(aten.upsample_nearest2d.default)
+def _upsample_nearest2d(
+    x: Array, output_size: Sequence[int], scales_h: float | None = None, scales_w: float | None = None
+) -> Array:
+    return _upsample_nearest(x, output_size, (scales_h, scales_w))
+
+
+@lowering(aten.upsample_nearest2d.vec)
+def _upsample_nearest2d_vec(
+    x: Array, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None
+) -> Array:
+    if output_size is None:
+        assert scale_factors is not None
+        output_size = [math.floor(n * f) for n, f in zip(x.shape[-2:], scale_factors, strict=True)]
+        return _upsample_nearest(x, output_size, scale_factors)
+    return _upsample_nearest(x, output_size, (None, None))
+
+
+@lowering(aten.upsample_nearest2d_backward.default)
+def _upsample_nearest2d_backward(
+    grad_output: Array,
+    output_size: Sequence[int],
+    input_size: Sequence[int],
+    scales_h: float | None = None,
+    scales_w: float | None = None,
+) -> Array:
+    # The forward is a gather; its transpose (a scatter-add) is the gradient.
+    zeros = jnp.zeros(tuple(input_size), grad_output.dtype)
+    _, pullback = jax.vjp(lambda x_: _upsample_nearest(x_, output_size, (scales_h, scales_w)), zeros)
+    return pullback(grad_output)[0]
+
+
+# --- activations --------------------------------------------------------------------
+
+_SQRT1_2 = 1 / math.sqrt(2)
+_GELU_PDF = 0.5 * (2 / math.sqrt(math.pi)) * _SQRT1_2  # 1/sqrt(2*pi)
+_GELU_TANH_BETA = math.sqrt(2) * (2 / math.sqrt(math.pi)) * 0.5  # sqrt(2/pi)
+_GELU_TANH_KAPPA = 0.044715
+
+
+@lowering(aten.gelu.default)
+def _gelu(x: Array, approximate: str = "none") -> Array:
+    xf = compute_float(x)
+    if approximate == "tanh":
+        inner = _GELU_TANH_BETA * (xf + _GELU_TANH_KAPPA * xf * xf * xf)
+        return (0.5 * xf * (1 + jnp.tanh(inner))).astype(x.dtype)
+    return (xf * 0.5 * (1 + lax.erf(xf * _SQRT1_2))).astype(x.dtype)
+
+
+@lowering(aten.gelu_backward.default)
+def _gelu_backward(grad_output: Array, x: Array, approximate: str = "none") -> Array:
+    xf, g = compute_float(x), compute_float(grad_output)
+    if approximate == "tanh":
+        x_sq = xf * xf
+        t = jnp.tanh(_GELU_TANH_BETA * (xf + _GELU_TANH_KAPPA * x_sq * xf))
+        d_inner = _GELU_TANH_BETA * (1 + 3 * _GELU_TANH_KAPPA * x_sq)
+        out = g * (0.5 * (1 + t) + 0.5 * xf * (1 - t * t) * d_inner)
+    else:
+        cdf = 0.5 * (1 + lax.erf(xf * _SQRT1_2))
+        pdf = jnp.exp(-0.5 * xf * xf) * _GELU_PDF
+        out = g * (cdf + xf * pdf)
+    return out.astype(grad_output.dtype)
+
+
+@lowering(aten.silu.default)
+def _silu(x: Array) -> Array:
+    xf = compute_float(x)
+    return (xf / (1 + jnp.exp(-xf))).astype(x.dtype)
+
+
+@lowering(aten.silu_backward.default)
+def _silu_backward(grad_output: Array, x: Array) -> Array:
+    xf, g = compute_float(x), compute_float(grad_output)
+    sig = 1 / (1 + jnp.exp(-xf))
+    return (g * sig * (1 + xf * (1 - sig))).astype(grad_output.dtype)
+
+
+@lowering(aten.mish.default)
+def _mish(x: Array) -> Array:
+    xf = compute_float(x)
+    return (xf * jnp.tanh(jax.nn.softplus(xf))).astype(x.dtype)
+
+
+@lowering(aten.mish_backward.default)
+def _mish_backward(grad_output: Array, x: Array) -> Array:
+    xf, g = compute_float(x), compute_float(grad_output)
+    t = jnp.tanh(jax.nn.softplus(xf))
+    return (g * (t + xf * jax.nn.sigmoid(xf) * (1 - t * t))).astype(grad_output.dtype)
+
+
+@lowering(aten.tanh_backward.default)
+def _tanh_backward(grad_output: Array, output: Array) -> Array:
+    return grad_output * (1 - output * output)
+
+
+@lowering(aten.sigmoid_backward.default)
+def _sigmoid_backward(grad_output: Array, output: Array) -> Array:
+    return grad_output * (1 - output) * output
+
+
+@lowering(aten.threshold.default)
+def _threshold(x: Array, threshold: Scalar, value: Scalar) -> Array:
+    return jnp.where(x <= threshold, jnp.asarray(value, x.dtype), x)
+
+
+@lowering(aten.threshold_backward.default)
+def _threshold_backward(grad_output: Array, x: Array, threshold: Scalar) -> Array:
+    # relu's backward is threshold_backward(g, relu_out, 0): the gradient at 0 is 0.
+    return jnp.where(x <= threshold, jnp.zeros((), grad_output.dtype), grad_output)
+
+
+@lowering(aten.hardtanh.default)
+def _hardtanh(x: Array, min_val: Scalar = -1, max_val: Scalar = 1) -> Array:
+    return jnp.minimum(jnp.maximum(x, min_val), max_val)
+
+
+@lowering(aten.hardtanh_backward.default)
+def _hardtanh_backward(grad_output: Array, x: Array, min_val: Scalar, max_val: Scalar) -> Array:
+    return jnp.where((x <= min_val) | (x >= max_val), jnp.zeros((), grad_output.dtype), grad_output)
+
+
+@lowering(aten.leaky_relu.default)
+def _leaky_relu(x: Array, negative_slope: Scalar = 0.01) -> Array:
+    return jnp.where(x > 0, x, x * negative_slope)
+
+
+@lowering(aten.leaky_relu_backward.default)
+def _leaky_relu_backward(grad_output: Array, x: Array, negative_slope: Scalar, self_is_result: bool) -> Array:
+    return jnp.where(x > 0, grad_output, grad_output * negative_slope)
+
+
+@lowering(aten.elu.default)
+def _elu(x: Array, alpha: Scalar = 1, scale: Scalar = 1, input_scale: Scalar = 1) -> Array:
+    return jnp.where(x > 0, x * scale, jnp.expm1(x * input_scale) * (alpha * scale))
+
+
+@lowering(aten.elu_backward.default)
+def _elu_backward(
+    grad_output: Array,
+    alpha: Scalar,
+    scale: Scalar,
+    input_scale: Scalar,
+    is_result: bool,
+    self_or_result: Array,
+) -> Array:
+    y = self_or_result
+    neg_coef = alpha * scale
+    if is_result:  # y = neg_coef * (exp(x * input_scale) - 1) where x <= 0
+        neg = grad_output * input_scale * (y + neg_coef)
+    else:
+        neg = grad_output * input_scale * neg_coef * jnp.exp(y * input_scale)
+    return jnp.where(y > 0, grad_output * scale, neg)
+
+
+@lowering(aten.softplus.default)
+def _softplus(x: Array, beta: Scalar = 1, threshold: Scalar = 20) -> Array:
+    # Above the threshold softplus is linear; torch returns x itself there.
+    return jnp.where(x * beta > threshold, x, jnp.log1p(jnp.exp(x * beta)) / beta)
+
+
+@lowering(aten.softplus_backward.default)
+def _softplus_backward(grad_output: Array, x: Array, beta: Scalar, threshold: Scalar) -> Array:
+    z = jnp.exp(x * beta)
+    return jnp.where(x * beta > threshold, grad_output, grad_output * z / (z + 1))
+
+
+@lowering(aten.hardsigmoid.default)
+def _hardsigmoid(x: Array) -> Array:
+    return jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6
+
+
+@lowering(aten.hardsigmoid_backward.default)
+def _hardsigmoid_backward(grad_output: Array, x: Array) -> Array:
+    return jnp.where((x > -3) & (x < 3), grad_output / 6, jnp.zeros((), grad_output.dtype))
+
+
+@lowering(aten.hardswish.default)
+def _hardswish(x: Array) -> Array:
+    return x * jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6
+
+
+@lowering(aten.hardswish_backward.default)
+def _hardswish_backward(grad_output: Array, x: Array) -> Array:
+    inner = jnp.where(x <= 3, grad_output * (x / 3 + 0.5), grad_output)
+    return jnp.where(x < -3, jnp.zeros((), grad_output.dtype), inner)
+
+
+@lowering(aten.log_sigmoid_forward.default)
+def _log_sigmoid_forward(x: Array) -> tuple[Array, Array]:
+    # log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)); the buffer is exp(-|x|), as torch's
+    # CPU kernel saves it (our backward does not need it, so XLA usually drops it).
+    buffer = jnp.exp(-jnp.abs(x))
+    return jnp.minimum(x, 0) - jnp.log1p(buffer), buffer
+
+
+@lowering(aten.log_sigmoid_backward.default)
+def _log_sigmoid_backward(grad_output: Array, x: Array, buffer: Array) -> Array:
+    return grad_output * jax.nn.sigmoid(-x)
+
+
+@lowering(aten.glu.default)
+def _glu(x: Array, dim: int = -1) -> Array:
+    a, b = jnp.split(x, 2, axis=dim)
+    return a * jax.nn.sigmoid(b)
+
+
+@lowering(aten.glu_backward.default)
+def _glu_backward(grad_output: Array, x: Array, dim: int) -> Array:
+    out, pullback = jax.vjp(lambda x_: _glu(x_, dim), x)
+    return pullback(grad_output.astype(out.dtype))[0]
+
+
+@lowering(aten.native_dropout_backward.default)
+def _native_dropout_backward(grad_output: Array, mask: Array, scale: float) -> Array:
+    return grad_output * mask.astype(grad_output.dtype) * scale

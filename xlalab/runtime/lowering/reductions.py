@@ -1,0 +1,279 @@
+"""Lowerings of aten reductions and scans (sum, mean, max, var, norms, cumsum...)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from xlalab.runtime.dtypes import to_jnp
+from xlalab.runtime.lowering.elementwise import Scalar, is_integral
+from xlalab.runtime.lowering.registry import lowering
+
+aten = torch.ops.aten
+
+Array = jax.Array
+Dims = int | Sequence[int] | None
+
+
+def axes(x: Array, dim: Dims) -> tuple[int, ...] | None:
+    """Torch's ``dim`` argument as a jnp ``axis``.
+
+    ``None`` and ``[]`` both mean "every dim" in torch's reductions, and a 0-d tensor
+    accepts dim 0 / -1, which jnp would reject.
+    """
+    if dim is None:
+        return None
+    if isinstance(dim, int):
+        dim = (dim,)
+    if len(dim) == 0 or x.ndim == 0:
+        return None
+    return tuple(d % x.ndim for d in dim)
+
+
+def _accumulate_as(x: Array, dtype: torch.dtype | None) -> Array:
+    """Input of sum/prod/cumsum: the requested dtype, else int64 for integral inputs.
+
+    Torch accumulates bool and every integer type in int64; JAX would keep int32 (and
+    overflow) unless told.
+    """
+    if dtype is not None:
+        return x.astype(to_jnp(dtype))
+    return x.astype(jnp.int64) if is_integral(x) else x
+
+
+def _as_float(x: Array) -> Array:
+    return x.astype(jnp.float32) if is_integral(x) else x
+
+
+@lowering(aten.sum.default)
+def _sum(x: Array, dtype: torch.dtype | None = None) -> Array:
+    return jnp.sum(_accumulate_as(x, dtype))
+
+
+@lowering(aten.sum.dim_IntList)
+def _sum_dim(x: Array, dim: Dims, keepdim: bool = False, dtype: torch.dtype | None = None) -> Array:
+    return jnp.sum(_accumulate_as(x, dtype), axis=axes(x, dim), keepdims=keepdim)
+
+
+@lowering(aten.prod.default)
+def _prod(x: Array, dtype: torch.dtype | None = None) -> Array:
+    return jnp.prod(_accumulate_as(x, dtype))
+
+
+@lowering(aten.prod.dim_int)
+def _prod_dim(x: Array, dim: int, keepdim: bool = False, dtype: torch.dtype | None = None) -> Array:
+    return jnp.prod(_accumulate_as(x, dtype), axis=axes(x, dim), keepdims=keepdim)
+
+
+@lowering(aten.mean.default)
+def _mean(x: Array, dtype: torch.dtype | None = None) -> Array:
+    return jnp.mean(x if dtype is None else x.astype(to_jnp(dtype)))
+
+
+@lowering(aten.mean.dim)
+def _mean_dim(x: Array, dim: Dims, keepdim: bool = False, dtype: torch.dtype | None = None) -> Array:
+    x = x if dtype is None else x.astype(to_jnp(dtype))
+    return jnp.mean(x, axis=axes(x, dim), keepdims=keepdim)
+
+
+@lowering(aten.amax.default)
+def _amax(x: Array, dim: Dims = (), keepdim: bool = False) -> Array:
+    return jnp.max(x, axis=axes(x, dim), keepdims=keepdim)
+
+
+@lowering(aten.amin.default)
+def _amin(x: Array, dim: Dims = (), keepdim: bool = False) -> Array:
+    return jnp.min(x, axis=axes(x, dim), keepdims=keepdim)
+
+
+@lowering(aten.max.default)
+def _max(x: Array) -> Array:
+    return jnp.max(x)
+
+
+@lowering(aten.min.default)
+def _min(x: Array) -> Array:
+    return jnp.min(x)
+
+
+@lowering(aten.max.dim)
+def _max_dim(x: Array, dim: int, keepdim: bool = False) -> tuple[Array, Array]:
+    return _amax(x, dim, keepdim), _argmax(x, dim, keepdim)
+
+
+@lowering(aten.min.dim)
+def _min_dim(x: Array, dim: int, keepdim: bool = False) -> tuple[Array, Array]:
+    return _amin(x, dim, keepdim), _argmin(x, dim, keepdim)
+
+
+@lowering(aten.argmax.default)
+def _argmax(x: Array, dim: int | None = None, keepdim: bool = False) -> Array:
+    # jnp.argmax, like torch, returns the first maximal index and treats NaN as maximal.
+    ax = axes(x, dim)
+    if ax is None:
+        out = jnp.argmax(x.reshape(-1))
+        return out.reshape((1,) * x.ndim) if keepdim else out
+    return jnp.argmax(x, axis=ax[0], keepdims=keepdim)
+
+
+@lowering(aten.argmin.default)
+def _argmin(x: Array, dim: int | None = None, keepdim: bool = False) -> Array:
+    ax = axes(x, dim)
+    if ax is None:
+        out = jnp.argmin(x.reshape(-1))
+        return out.reshape((1,) * x.ndim) if keepdim else out
+    return jnp.argmin(x, axis=ax[0], keepdims=keepdim)
+
+
+@lowering(aten.all.default, aten.all.dim, aten.all.dims)
+def _all(x: Array, dim: Dims = None, keepdim: bool = False) -> Array:
+    return jnp.all(x != 0, axis=axes(x, dim), keepdims=keepdim)
+
+
+@lowering(aten.any.default, aten.any.dim, aten.any.dims)
+def _any(x: Array, dim: Dims = None, keepdim: bool = False) -> Array:
+    return jnp.any(x != 0, axis=axes(x, dim), keepdims=keepdim)
+
+
+@lowering(aten.count_nonzero.default, aten.count_nonzero.dim_IntList)
+def _count_nonzero(x: Array, dim: Dims = None) -> Array:
+    return jnp.sum(x != 0, axis=axes(x, dim), dtype=jnp.int64)
+
+
+# --- moments ------------------------------------------------------------------------
+
+
+def _var(x: Array, dim: Dims, correction: Scalar | None, keepdim: bool) -> tuple[Array, Array]:
+    """(variance, mean) over ``dim`` with torch's ``correction`` (default 1: unbiased)."""
+    x = _as_float(x)
+    ax = axes(x, dim)
+    mean = jnp.mean(x, axis=ax, keepdims=True)
+    centered = x - mean
+    n = x.size if ax is None else math.prod(x.shape[a] for a in ax)
+    correction = 1 if correction is None else correction
+    # torch clamps the divisor at 0 (giving inf/nan) rather than going negative.
+    divisor = jnp.maximum(n - correction, 0)
+    var = jnp.sum(centered * centered, axis=ax, keepdims=keepdim) / divisor
+    return var, mean if keepdim else jnp.squeeze(mean, ax)
+
+
+@lowering(aten.var.correction)
+def _var_correction(
+    x: Array, dim: Dims = None, correction: Scalar | None = None, keepdim: bool = False
+) -> Array:
+    return _var(x, dim, correction, keepdim)[0]
+
+
+@lowering(aten.std.correction)
+def _std_correction(
+    x: Array, dim: Dims = None, correction: Scalar | None = None, keepdim: bool = False
+) -> Array:
+    return jnp.sqrt(_var(x, dim, correction, keepdim)[0])
+
+
+@lowering(aten.var_mean.correction)
+def _var_mean(
+    x: Array, dim: Dims = None, correction: Scalar | None = None, keepdim: bool = False
+) -> tuple[Array, Array]:
+    return _var(x, dim, correction, keepdim)
+
+
+@lowering(aten.std_mean.correction)
+def _std_mean(
+    x: Array, dim: Dims = None, correction: Scalar | None = None, keepdim: bool = False
+) -> tuple[Array, Array]:
+    var, mean = _var(x, dim, correction, keepdim)
+    return jnp.sqrt(var), mean
+
+
+@lowering(aten.logsumexp.default)
+def _logsumexp(x: Array, dim: Dims, keepdim: bool = False) -> Array:
+    return jax.nn.logsumexp(_as_float(x), axis=axes(x, dim), keepdims=keepdim)
+
+
+# --- norms --------------------------------------------------------------------------
+
+
+def _static_ord(ord: Scalar) -> float | None:
+    """The norm order as a Python number, or None when it is a traced 0-d array."""
+    if isinstance(ord, (bool, int, float)):
+        return float(ord)
+    return None
+
+
+def vector_norm(x: Array, ord: Scalar = 2, dim: Dims = None, keepdim: bool = False) -> Array:
+    ax = axes(x, dim)
+    a = jnp.abs(_as_float(x))
+
+    def by_order(p: float) -> Array:
+        if p == 2:
+            return jnp.sqrt(jnp.sum(a * a, axis=ax, keepdims=keepdim))
+        if p == 1:
+            return jnp.sum(a, axis=ax, keepdims=keepdim)
+        if p == float("inf"):
+            return jnp.max(a, axis=ax, keepdims=keepdim)
+        if p == float("-inf"):
+            return jnp.min(a, axis=ax, keepdims=keepdim)
+        if p == 0:
+            return jnp.sum(a != 0, axis=ax, keepdims=keepdim).astype(a.dtype)
+        return jnp.sum(a**p, axis=ax, keepdims=keepdim) ** (1 / p)
+
+    p = _static_ord(ord)
+    if p is not None:
+        return by_order(p)
+    # A traced order (floats are graph inputs) cannot pick a formula at trace time:
+    # compute the special cases and select, so 2 / inf / 0 stay exact.
+    general = jnp.sum(a**ord, axis=ax, keepdims=keepdim) ** (1 / ord)
+    out = jnp.where(ord == 2, by_order(2), general)
+    out = jnp.where(ord == 1, by_order(1), out)
+    out = jnp.where(ord == 0, by_order(0), out)
+    out = jnp.where(ord == jnp.inf, by_order(float("inf")), out)
+    return jnp.where(ord == -jnp.inf, by_order(float("-inf")), out)
+
+
+@lowering(aten.linalg_vector_norm.default, static=("ord",))
+def _linalg_vector_norm(
+    x: Array, ord: Scalar = 2, dim: Dims = None, keepdim: bool = False, dtype: torch.dtype | None = None
+) -> Array:
+    if dtype is not None:
+        x = x.astype(to_jnp(dtype))
+    return vector_norm(x, ord, dim, keepdim)
+
+
+@lowering(aten.norm.Scalar, static=("p",))
+def _norm(x: Array, p: Scalar = 2) -> Array:
+    return vector_norm(x, p)
+
+
+@lowering(aten.norm.ScalarOpt_dim, static=("p",))
+def _norm_dim(x: Array, p: Scalar | None, dim: Dims, keepdim: bool = False) -> Array:
+    return vector_norm(x, 2 if p is None else p, dim, keepdim)
+
+
+@lowering(aten.norm.ScalarOpt_dtype, static=("p",))
+def _norm_dtype(x: Array, p: Scalar | None, dtype: torch.dtype) -> Array:
+    return vector_norm(x.astype(to_jnp(dtype)), 2 if p is None else p)
+
+
+@lowering(aten.norm.ScalarOpt_dim_dtype, static=("p",))
+def _norm_dim_dtype(x: Array, p: Scalar | None, dim: Dims, keepdim: bool, dtype: torch.dtype) -> Array:
+    return vector_norm(x.astype(to_jnp(dtype)), 2 if p is None else p, dim, keepdim)
+
+
+# --- scans --------------------------------------------------------------------------
+
+
+@lowering(aten.cumsum.default)
+def _cumsum(x: Array, dim: int, dtype: torch.dtype | None = None) -> Array:
+    x = _accumulate_as(x, dtype)
+    return x if x.ndim == 0 else jnp.cumsum(x, axis=dim)
+
+
+@lowering(aten.cumprod.default)
+def _cumprod(x: Array, dim: int, dtype: torch.dtype | None = None) -> Array:
+    x = _accumulate_as(x, dtype)
+    return x if x.ndim == 0 else jnp.cumprod(x, axis=dim)
