@@ -26,6 +26,7 @@ class Setting:
 
 SETTINGS: dict[str, Setting] = {}
 _values: dict[str, Any] = {}
+_watchers: dict[str, list[Callable[[Any], None]]] = {}
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -74,10 +75,23 @@ def get(name: str) -> Any:
 
 
 def set(name: str, value: Any) -> None:
+    """Change a setting at run time (validated as the environment variable would be)."""
     if name not in SETTINGS:
         raise KeyError(f"unknown xlalab setting {name!r}; known: {', '.join(sorted(SETTINGS))}")
     _values[name] = parse(SETTINGS[name], value)
+    for fn in _watchers.get(name, ()):
+        fn(_values[name])
 
+
+def watch(name: str, fn: Callable[[Any], None]) -> None:
+    """Call ``fn(value)`` now and whenever ``name`` changes (hot paths cache settings this way)."""
+    _watchers.setdefault(name, []).append(fn)
+    fn(get(name))
+
+
+# --------------------------------------------------------------------------- the settings
+# Every environment variable of the PyTorch/XLA troubleshooting guide, plus a few of
+# xlalab's own (prefixed XLALAB_). docs/env-vars.md is generated from this table.
 
 declare(
     "PJRT_DEVICE",
@@ -86,3 +100,138 @@ declare(
     "Platform for xla devices: CPU, CUDA (or GPU) or TPU. Empty picks the best JAX has.",
 )
 declare("XLA_SYNC_WAIT", bool, False, "Block at every sync until the device has finished executing.")
+declare(
+    "XLA_IR_DEBUG",
+    bool,
+    False,
+    "Record where user code created each IR node (user frames, library frames skipped); backward nodes "
+    "get the frames of the forward op they differentiate. Shown in graph dumps as location=fn@file:line.",
+)
+declare(
+    "XLA_HLO_DEBUG",
+    bool,
+    False,
+    "Propagate the frames recorded by XLA_IR_DEBUG into the HLO's op metadata (source_file, source_line).",
+)
+declare(
+    "XLALAB_IR_DEBUG_DEPTH",
+    int,
+    8,
+    "How many user frames XLA_IR_DEBUG keeps per node (torch_xla keeps one).",
+)
+declare(
+    "XLA_SAVE_TENSORS_FILE",
+    str,
+    "",
+    "Append the graph of every sync to this file (the device ordinal is appended to the name: x.txt.0).",
+)
+declare(
+    "XLA_SAVE_TENSORS_FMT",
+    str,
+    "text",
+    "Format of XLA_SAVE_TENSORS_FILE: text, dot, hlo or stablehlo.",
+    choices=("text", "dot", "hlo", "stablehlo"),
+)
+declare(
+    "XLA_METRICS_FILE", str, "", "Append the metrics report to this file at every step ('1' means stdout)."
+)
+declare(
+    "XLA_SAVE_HLO_FILE",
+    str,
+    "",
+    "When a compilation or execution fails, save the offending HLO to this file; the error says where.",
+)
+declare(
+    "XLA_DUMP_HLO_GRAPH",
+    bool,
+    False,
+    "When a compilation or execution fails, include the offending HLO graph in the error message.",
+)
+declare(
+    "XLA_GET_TENSORS_OPBYOP",
+    bool,
+    False,
+    "Fetching values to the host runs each IR node as its own small computation (op-by-op).",
+)
+declare(
+    "XLA_SYNC_TENSORS_OPBYOP",
+    bool,
+    False,
+    "mark_step runs each IR node as its own small computation (op-by-op) instead of one fused graph.",
+)
+declare(
+    "XLA_USE_EAGER_DEBUG_MODE",
+    bool,
+    False,
+    "Run every op as soon as it is recorded, as its own computation (eager, for debugging).",
+)
+declare(
+    "XLA_USE_BF16",
+    bool,
+    False,
+    "Store and compute torch.float32 (and float64) tensors as bfloat16 on the device.",
+)
+declare(
+    "XLA_USE_F16",
+    bool,
+    False,
+    "Store and compute torch.float32 (and float64) tensors as float16 on the device.",
+)
+declare(
+    "XLA_USE_32BIT_LONG",
+    bool,
+    False,
+    "Store and compute torch.int64 tensors as 32-bit integers on the device.",
+)
+declare("TF_CPP_LOG_THREAD_ID", bool, False, "Show the thread id in xlalab's log lines.")
+declare(
+    "TF_CPP_VMODULE",
+    str,
+    "",
+    "Verbose logging per module, as name=level,... (e.g. tensor=5 logs every graph execution).",
+)
+declare(
+    "TF_CPP_MIN_LOG_LEVEL",
+    int,
+    1,
+    "Lowest level printed: 0 INFO (needed for TF_CPP_VMODULE), 1 WARNING, 2 ERROR, 3 FATAL.",
+)
+declare(
+    "PT_XLA_DEBUG",
+    bool,
+    False,
+    "Explain every compilation and execution (causes, graph info, Python frames) "
+    "and analyse the run at exit.",
+)
+declare(
+    "PT_XLA_DEBUG_LEVEL",
+    int,
+    2,
+    "PT_XLA_DEBUG detail: 1 prints the compile/execute reasons, "
+    "2 adds graph info and post-compilation analysis.",
+)
+declare("PT_XLA_DEBUG_FILE", str, "", "Write PT_XLA_DEBUG output to this file instead of stderr.")
+declare("PT_XLA_DEBUG_MAX_FRAME", int, 8, "How many Python frames PT_XLA_DEBUG prints per event.")
+
+
+def markdown() -> str:
+    """docs/env-vars.md: the table of settings, generated from the declarations above."""
+    lines = [
+        "# Settings",
+        "",
+        "Generated from `xlalab/runtime/config.py` (`python -m xlalab.runtime.config > docs/env-vars.md`).",
+        "Each is read from the environment at import and can be changed at run time:",
+        "`xlalab.runtime.config.set(NAME, value)`.",
+        "",
+        "| name | type | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    for s in SETTINGS.values():
+        kind = s.type.__name__ if s.choices is None else " / ".join(s.choices)
+        default = repr(s.default) if s.default != "" else "(unset)"
+        lines.append(f"| `{s.name}` | {kind} | {default} | {s.doc} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .frames import Frame
 
@@ -30,6 +31,7 @@ class CompileEvent(Event):
     cached: bool = False
     device: str = ""
     reason: str = ""
+    graph: Any = None  # the linearized graph (xlalab.runtime.graph.Graph): nodes, roots, key
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class SyncEvent(Event):
     reason: str = ""
     num_tensors: int = 0
     graph_hash: int = 0
+    graph: Any = None  # the linearized graph that ran (xlalab.runtime.graph.Graph)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ event is published or IR debug is on, never on the plain hot path.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import NamedTuple
 
@@ -44,6 +45,31 @@ def user_frames(limit: int = 8) -> tuple[Frame, ...]:
             out.append(Frame(code.co_filename, f.f_lineno, code.co_name))
         f = f.f_back  # type: ignore[assignment]
     return tuple(out)
+
+
+_TB_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)')
+
+
+def ir_frames(limit: int) -> tuple[Frame, ...]:
+    """Frames for a new IR node under XLA_IR_DEBUG.
+
+    Inside backward there is no user frame on the stack: the node differentiates a forward
+    op, and autograd's anomaly mode kept that op's stack on its ``grad_fn``. Use it.
+    """
+    node = torch._C._current_autograd_node()
+    if node is not None:
+        tb = node.metadata.get("traceback_")
+        if tb:
+            out = []
+            for entry in reversed(tb):
+                m = _TB_LINE.search(entry)
+                if m and not _is_library(m["file"]):
+                    out.append(Frame(m["file"], int(m["line"]), m["fn"]))
+                    if len(out) == limit:
+                        break
+            return tuple(out)
+        return ()
+    return user_frames(limit)
 
 
 def user_frame() -> Frame | None:

@@ -12,6 +12,7 @@ and scalar inputs never enter it.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -123,9 +124,18 @@ def _instructions(graph: Graph) -> tuple[list[Any], list[int], int, int]:
                     tuple(pos[id(s)] for s in n.src),
                     weak,
                     _compute_dtype(n.dtype, tensor_dtypes),
+                    _scope_name(n),
                 )
             )
     return instrs, graph.roots, n_data, n_scalar
+
+
+def _scope_name(n: Node) -> str:
+    name = n.name.replace("::", "__")
+    if n.frames and config.get("XLA_HLO_DEBUG"):
+        f = n.frames[0]
+        name += f"@{os.path.basename(f.file)}:{f.line}"
+    return name
 
 
 def _compute_dtype(out: torch.dtype | None, operands: list[torch.dtype | None]) -> torch.dtype:
@@ -157,7 +167,7 @@ def _cast(x: Any, dtype: torch.dtype) -> Any:
 
 def lower_node(instr: tuple[Any, ...], vals: list[Any]) -> Any:
     """Evaluate one op node on traced JAX values."""
-    _, op, arg, shape, dtype, outs, _, weak, cdtype = instr
+    _, op, arg, shape, dtype, outs, _, weak, cdtype, _ = instr
     if weak:
         vals = list(vals)
         for i in weak:
@@ -210,7 +220,10 @@ def build_function(graph: Graph) -> Callable[[list[Any], Any], list[Any]]:
             elif kind == "scalar":
                 env.append(scalars[ins[1]])
             else:
-                env.append(lower_node(ins, [env[i] for i in ins[6]]))
+                # A named scope per node: HLO op_name metadata (and profiles) show the aten op,
+                # and with XLA_HLO_DEBUG the user's file and line that created it.
+                with jax.named_scope(ins[9]):
+                    env.append(lower_node(ins, [env[i] for i in ins[6]]))
         return [env[i] for i in roots]
 
     return run
@@ -232,6 +245,7 @@ def compile_graph(graph: Graph, datas: list[Any], scalars: Any) -> Program:
     if events.listening():
         events.publish(
             events.CompileEvent(
+                graph=graph,
                 graph_hash=graph.hash,
                 num_nodes=len(graph.nodes),
                 seconds=dt / 1e9,
@@ -248,7 +262,11 @@ def compile_graph(graph: Graph, datas: list[Any], scalars: Any) -> Program:
 
 def _trace_settings() -> tuple[Any, ...]:
     """torch settings that lowerings read while tracing: part of the cache key."""
-    return (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
+    return (
+        torch.get_float32_matmul_precision(),
+        torch.backends.cudnn.allow_tf32,
+        config.get("XLA_HLO_DEBUG"),
+    )
 
 
 def _inputs(graph: Graph, device: int) -> tuple[list[Any], Any]:
@@ -276,6 +294,7 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
         if events.listening():
             events.publish(
                 events.CompileEvent(
+                    graph=graph,
                     graph_hash=prog.graph_hash,
                     num_nodes=prog.num_nodes,
                     cached=True,
@@ -298,7 +317,11 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
         )
         events.publish(
             events.SyncEvent(
-                reason=reason, num_tensors=len(roots), graph_hash=prog.graph_hash, frames=user_frames()
+                graph=graph,
+                reason=reason,
+                num_tensors=len(roots),
+                graph_hash=prog.graph_hash,
+                frames=user_frames(),
             )
         )
     return list(outs)

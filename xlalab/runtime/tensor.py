@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch._ops import OpOverload
 
-from . import backend, events, ir, metrics
-from .frames import user_frames
+from . import backend, config, events, ir, metrics
+from .frames import ir_frames, user_frames
 from .ir import Node, slot
 from .lowering.registry import LOWERINGS, STATIC_ARGS
 
@@ -420,12 +420,28 @@ def record(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
     src = tuple(operands)
     h = hash((hash(key), *[s.hash for s in src]))
     dev = acc.device if acc.device >= 0 else 0
+    frames = ir_frames(_IR_DEBUG[1]) if _IR_DEBUG[0] else None
     if type(meta) is tuple:
-        return Node(func, src, arg, meta[0], meta[1], dev, None, None, None, h)
+        return Node(func, src, arg, meta[0], meta[1], dev, None, None, frames, h)
     outs = tuple(meta)
     if any(o is not None and type(o) is not tuple for o in outs):
         return None
-    return Node(func, src, arg, None, None, dev, None, outs, None, h)  # type: ignore[arg-type]
+    return Node(func, src, arg, None, None, dev, None, outs, frames, h)  # type: ignore[arg-type]
+
+
+# [enabled, depth]: read on the hot path; kept in step with the settings by config.watch.
+_IR_DEBUG: list[Any] = [False, 8]
+
+
+def _set_ir_debug(on: bool) -> None:
+    _IR_DEBUG[0] = on
+    # Backward nodes take the frames of the forward op they differentiate; autograd's anomaly
+    # mode is what keeps the forward stack on each grad_fn.
+    torch.autograd.set_detect_anomaly(on, check_nan=False)
+
+
+config.watch("XLA_IR_DEBUG", _set_ir_debug)
+config.watch("XLALAB_IR_DEBUG_DEPTH", lambda depth: _IR_DEBUG.__setitem__(1, depth))
 
 
 _TRACING: list[int] = []  # per-op recording times (ns) since the last sync
