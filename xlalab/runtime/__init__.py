@@ -23,12 +23,31 @@ def device(n: int | None = None) -> torch.device:
     return xla_device(n)
 
 
+_step = [0]
+
+
 def mark_step(wait: bool = False) -> None:
     """The step barrier: compile (once) and run every pending graph."""
     metrics.count("MarkStep")
     sync("mark_step")
     if wait or config.get("XLA_SYNC_WAIT"):
         wait_device_ops()
+    target = config.get("XLA_METRICS_FILE")
+    if target:
+        _write_metrics(target)
+    _step[0] += 1
+
+
+def _write_metrics(target: str) -> None:
+    """XLA_METRICS_FILE: the report after every step, appended, in torch_xla's layout."""
+    import sys
+
+    block = f"[MetricsData; step={_step[0]}]\n" + metrics.metrics_report()
+    if target == "1":
+        sys.stdout.write(block)
+    else:
+        with open(target, "a") as f:
+            f.write(block)
 
 
 def devices() -> list[torch.device]:
@@ -36,6 +55,17 @@ def devices() -> list[torch.device]:
 
 
 __all__ = [
-    "XlaTensor", "backend", "config", "device", "devices", "events", "install", "manual_seed_all",
-    "mark_step", "metrics", "sync", "wait_device_ops", "xla_device",
+    "XlaTensor",
+    "backend",
+    "config",
+    "device",
+    "devices",
+    "events",
+    "install",
+    "manual_seed_all",
+    "mark_step",
+    "metrics",
+    "sync",
+    "wait_device_ops",
+    "xla_device",
 ]

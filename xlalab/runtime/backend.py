@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any
 
 import jax
@@ -10,7 +11,7 @@ import numpy as np
 import torch
 
 from . import config
-from .dtypes import to_jnp
+from .dtypes import DEVICE_OVERRIDES, host_jnp, set_precision_switches
 
 # int64/float64 must keep their width: JAX silently truncates them without x64.
 jax.config.update("jax_enable_x64", True)
@@ -86,9 +87,11 @@ def to_device(t: torch.Tensor, index: int, dtype: torch.dtype | None = None) -> 
         t = t.to(dtype)
     t = t.resolve_conj().resolve_neg().contiguous()
     if t.dtype == torch.bfloat16:
-        host = t.view(torch.int16).numpy().view(to_jnp(torch.bfloat16))
+        host = t.view(torch.int16).numpy().view(host_jnp(torch.bfloat16))
     else:
         host = t.numpy()
+    if DEVICE_OVERRIDES and t.dtype in DEVICE_OVERRIDES:
+        host = _narrow(host, t.dtype)
     # device_put may alias a NumPy buffer on the CPU platform; the torch tensor it views
     # can change later, so hand JAX a private copy.
     return jax.device_put(np.array(host, copy=True), jax_device(index))
@@ -97,6 +100,80 @@ def to_device(t: torch.Tensor, index: int, dtype: torch.dtype | None = None) -> 
 def to_host(array: Any, dtype: torch.dtype) -> torch.Tensor:
     """Copy a JAX array back to a CPU tensor of ``dtype``."""
     host = np.asarray(array)
+    if DEVICE_OVERRIDES and dtype in DEVICE_OVERRIDES:
+        _warn_once(
+            dtype,
+            f"values of {dtype} tensors were computed in {np.dtype(DEVICE_OVERRIDES[dtype]).name} "
+            "on the device",
+        )
+        host = host.astype(host_jnp(dtype))
     if dtype == torch.bfloat16:
         return torch.from_numpy(host.view(np.int16).copy()).view(torch.bfloat16)
     return torch.from_numpy(np.array(host, copy=True))
+
+
+# ---------------------------------------------------------------------- precision switches
+
+_SWITCH_OF = {torch.float32: "XLA_USE_BF16", torch.float64: "XLA_USE_BF16", torch.int64: "XLA_USE_32BIT_LONG"}
+_warned: set[str] = set()
+
+
+class PrecisionWarning(UserWarning):
+    """A precision switch (XLA_USE_BF16 / XLA_USE_F16 / XLA_USE_32BIT_LONG) changed a value."""
+
+
+def _switch_name(dtype: torch.dtype) -> str:
+    if (
+        dtype in (torch.float32, torch.float64)
+        and config.get("XLA_USE_F16")
+        and not config.get("XLA_USE_BF16")
+    ):
+        return "XLA_USE_F16"
+    return _SWITCH_OF[dtype]
+
+
+def _warn_once(dtype: torch.dtype, what: str) -> None:
+    switch = _switch_name(dtype)
+    if switch in _warned:
+        return
+    _warned.add(switch)
+    from .frames import user_frame
+
+    message = (
+        f"{switch}=1: {what}, so results can differ from {dtype} arithmetic "
+        f"(torch_xla does this silently). Keep values that accumulate, such as running losses, in a "
+        f"higher precision on the host, or unset {switch}."
+    )
+    where = user_frame()  # point at the user's line, not at xlalab's
+    if where is None:
+        warnings.warn(message, PrecisionWarning, stacklevel=2)
+    else:
+        warnings.warn_explicit(message, PrecisionWarning, where.file, where.line)
+
+
+def _narrow(host: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    """Convert to the switched device type, warning once if that changes a value."""
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is what we report below
+        narrow = host.astype(DEVICE_OVERRIDES[dtype])
+        back = narrow.astype(host.dtype)
+    changed = (
+        ~((back == host) | (np.isnan(back) & np.isnan(host))) if host.dtype.kind == "f" else back != host
+    )
+    if changed.any():
+        i = int(np.flatnonzero(changed)[0])
+        _warn_once(
+            dtype,
+            f"{host.ravel()[i].item()!r} is stored as {back.ravel()[i].item()!r} on the device "
+            f"({dtype} as {np.dtype(DEVICE_OVERRIDES[dtype]).name})",
+        )
+    return narrow
+
+
+def _on_switch(_: Any) -> None:
+    set_precision_switches(
+        config.get("XLA_USE_BF16"), config.get("XLA_USE_F16"), config.get("XLA_USE_32BIT_LONG")
+    )
+
+
+for _name in ("XLA_USE_BF16", "XLA_USE_F16", "XLA_USE_32BIT_LONG"):
+    config.watch(_name, _on_switch)

@@ -24,14 +24,36 @@ TORCH_TO_JNP: dict[torch.dtype, Any] = {
 }
 JNP_TO_TORCH: dict[Any, torch.dtype] = {np.dtype(v): k for k, v in TORCH_TO_JNP.items()}
 
+# The precision switches (XLA_USE_BF16 / XLA_USE_F16 / XLA_USE_32BIT_LONG) store a torch dtype
+# as another XLA type on the device; the tensor still reports its torch dtype, as in torch_xla.
+DEVICE_OVERRIDES: dict[torch.dtype, Any] = {}
+
+
+def set_precision_switches(bf16: bool, f16: bool, long32: bool) -> None:
+    DEVICE_OVERRIDES.clear()
+    low = jnp.bfloat16 if bf16 else jnp.float16 if f16 else None
+    if low is not None:
+        DEVICE_OVERRIDES[torch.float32] = low
+        DEVICE_OVERRIDES[torch.float64] = low
+    if long32:
+        DEVICE_OVERRIDES[torch.int64] = jnp.int32
+
+
+def host_jnp(dtype: torch.dtype) -> Any:
+    """The NumPy/JAX type of ``dtype`` on the host (no precision switch applied)."""
+    return TORCH_TO_JNP[dtype]
+
 
 def to_jnp(dtype: torch.dtype) -> Any:
+    """The XLA type that carries ``dtype`` on the device."""
+    override = DEVICE_OVERRIDES.get(dtype) if DEVICE_OVERRIDES else None
+    if override is not None:
+        return override
     try:
         return TORCH_TO_JNP[dtype]
     except KeyError:
         raise TypeError(
-            f"xlalab has no XLA type for {dtype}; supported: "
-            + ", ".join(str(d) for d in TORCH_TO_JNP)
+            f"xlalab has no XLA type for {dtype}; supported: " + ", ".join(str(d) for d in TORCH_TO_JNP)
         ) from None
 
 

@@ -58,7 +58,7 @@ def ir_frames(limit: int) -> tuple[Frame, ...]:
     """
     node = torch._C._current_autograd_node()
     if node is not None:
-        tb = node.metadata.get("traceback_")
+        tb = node.metadata.get("traceback_")  # type: ignore[attr-defined]
         if tb:
             out = []
             for entry in reversed(tb):

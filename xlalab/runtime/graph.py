@@ -27,6 +27,7 @@ from . import backend, config, events, ir, metrics
 from .dtypes import to_jnp
 from .frames import user_frames
 from .ir import Node
+from .log import vlog
 from .lowering.registry import LOWERINGS
 
 
@@ -229,15 +230,48 @@ def build_function(graph: Graph) -> Callable[[list[Any], Any], list[Any]]:
     return run
 
 
+def _failure(graph: Graph, what: str, error: Exception, lowered: Any = None) -> LoweringError:
+    """A compile/execute failure as an error that says where the offending graph went.
+
+    XLA_SAVE_HLO_FILE saves the HLO (or, when lowering itself failed, the IR); XLA_DUMP_HLO_GRAPH
+    puts it into the message.
+    """
+    if lowered is not None:
+        try:
+            text = lowered.compiler_ir("hlo").as_hlo_text()
+        except Exception:  # the dump must never hide the original error
+            text = lowered.as_text()
+    else:
+        text = "\n".join(
+            f"%{i} = {n.name} shape={n.shape} dtype={n.dtype} "
+            f"operands={[graph.nodes.index(s) for s in n.src]}"
+            + (f" location={n.frames[0]}" if n.frames else "")
+            for i, n in enumerate(graph.nodes)
+        )
+    message = f"{what} graph {graph.hash:x} ({len(graph.nodes)} nodes): {type(error).__name__}: {error}"
+    path = config.get("XLA_SAVE_HLO_FILE")
+    if path:
+        with open(path, "w") as f:
+            f.write(text)
+        message += f"\nThe offending {'HLO' if lowered is not None else 'IR'} graph was saved to {path}."
+    else:
+        message += (
+            "\nSet XLA_SAVE_HLO_FILE=path to save the offending graph, or XLA_DUMP_HLO_GRAPH=1 to print it."
+        )
+    if config.get("XLA_DUMP_HLO_GRAPH"):
+        message += "\n" + text
+    return LoweringError(message)
+
+
 def compile_graph(graph: Graph, datas: list[Any], scalars: Any) -> Program:
     t0 = time.perf_counter_ns()
     fn = build_function(graph)
+    lowered = None
     try:
-        executable = jax.jit(fn).lower(datas, scalars).compile()
-    except LoweringError:
-        raise
+        lowered = jax.jit(fn).lower(datas, scalars)
+        executable = lowered.compile()
     except Exception as e:
-        raise LoweringError(f"XLA failed to compile graph {graph.hash:x}: {e}") from e
+        raise _failure(graph, "Lowering" if lowered is None else "XLA failed to compile", e, lowered) from e
     dt = time.perf_counter_ns() - t0
     metrics.record("CompileTime", dt)
     metrics.count("UncachedCompile")
@@ -276,11 +310,72 @@ def _inputs(graph: Graph, device: int) -> tuple[list[Any], Any]:
     return datas, scalars
 
 
+# --------------------------------------------------------------------------- op-by-op
+
+_OP_CACHE: dict[Any, Any] = {}  # one small executable per node signature
+
+
+def run_op_by_op(graph: Graph, device: int) -> list[Any]:
+    """Run every node as its own small computation, chaining results (the OPBYOP modes).
+
+    Same results as fused execution; each distinct node signature compiles once.
+    """
+    instrs, roots, _, _ = _instructions(graph)
+    dev = backend.jax_device(device)
+    env: list[Any] = []
+    for ins, node in zip(instrs, graph.nodes):
+        kind = ins[0]
+        if kind == "data":
+            env.append(node.value)
+        elif kind == "scalar":
+            env.append(jax.device_put(np.asarray(node.value, np.float64), dev))
+        elif ins[1] is ir.ITEM:
+            env.append(env[ins[6][0]][ins[2]])
+        else:
+            vals = [env[i] for i in ins[6]]
+            sig = (id(ins[1]), ins[2:6], ins[7:9], tuple((v.shape, v.dtype) for v in vals))
+            fn = _OP_CACHE.get(sig)
+            if fn is None:
+                t0 = time.perf_counter_ns()
+                fn = jax.jit(lambda *vs, _ins=ins: lower_node(_ins, list(vs))).lower(*vals).compile()
+                _OP_CACHE[sig] = fn
+                metrics.record("CompileTime", time.perf_counter_ns() - t0)
+                metrics.count("UncachedCompile")
+            else:
+                metrics.count("CachedCompile")
+            env.append(fn(*vals))
+            metrics.count("ExecuteComputation")
+    return [env[i] for i in roots]
+
+
+def _op_by_op(reason: str) -> bool:
+    if config.get("XLA_USE_EAGER_DEBUG_MODE"):
+        return True
+    if reason == "mark_step":
+        return bool(config.get("XLA_SYNC_TENSORS_OPBYOP"))
+    return bool(config.get("XLA_GET_TENSORS_OPBYOP"))
+
+
 def execute(roots: Sequence[Node], reason: str) -> list[Any]:
     """Compute ``roots`` (all on one device) and return their arrays."""
     from .tensor import flush_tracing
 
     flush_tracing()
+    if _op_by_op(reason):
+        graph = linearize(roots)
+        metrics.record("TensorsGraphSize", len(graph.nodes), "number")
+        outs = run_op_by_op(graph, graph.key[-1])
+        if events.listening():
+            events.publish(
+                events.SyncEvent(
+                    graph=graph,
+                    reason=reason,
+                    num_tensors=len(roots),
+                    graph_hash=graph.hash,
+                    frames=user_frames(),
+                )
+            )
+        return outs
     graph = linearize(roots)
     device = graph.key[-1]
     datas, scalars = _inputs(graph, device)
@@ -288,6 +383,14 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
     key = (graph.key, _trace_settings())
     prog = CACHE.get(key)
     if prog is None:
+        vlog(
+            "xla_graph_executor",
+            3,
+            "Compiling IR graph hash %d on device xla:%d (%d nodes)",
+            graph.hash,
+            device,
+            len(graph.nodes),
+        )
         prog = CACHE[key] = compile_graph(graph, datas, scalars)
     else:
         metrics.count("CachedCompile")
@@ -303,12 +406,16 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
                 )
             )
     t0 = time.perf_counter_ns()
-    outs = prog(datas, scalars)
-    if config.get("XLA_SYNC_WAIT"):
-        jax.block_until_ready(outs)
+    try:
+        outs = prog(datas, scalars)
+        if config.get("XLA_SYNC_WAIT"):
+            jax.block_until_ready(outs)
+    except Exception as e:
+        raise _failure(graph, "Executing", e) from e
     dt = time.perf_counter_ns() - t0
     metrics.record("ExecuteTime", dt)
     metrics.count("ExecuteComputation")
+    vlog("tensor", 5, "Executing IR graph hash %d on device xla:%d done!", prog.graph_hash, device)
     if events.listening():
         events.publish(
             events.ExecuteEvent(

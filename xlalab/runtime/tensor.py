@@ -117,6 +117,8 @@ class XlaTensor(torch.Tensor):
         out = handler(func, args, kwargs or {})
         # LazyTracing: buffered per op, folded into the metric at the next sync.
         _TRACING.append(time.perf_counter_ns() - t0)
+        if _EAGER[0]:
+            _run_now()
         return out
 
     # ---- reading values: these are barriers for this tensor
@@ -427,6 +429,17 @@ def record(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
     if any(o is not None and type(o) is not tuple for o in outs):
         return None
     return Node(func, src, arg, None, None, dev, None, outs, frames, h)  # type: ignore[arg-type]
+
+
+# XLA_USE_EAGER_DEBUG_MODE: every op runs as soon as it is recorded (op by op).
+_EAGER: list[bool] = [False]
+config.watch("XLA_USE_EAGER_DEBUG_MODE", lambda on: _EAGER.__setitem__(0, bool(on)))
+
+
+def _run_now() -> None:
+    from .graph import sync
+
+    sync("eager_debug_mode")
 
 
 # [enabled, depth]: read on the hot path; kept in step with the settings by config.watch.
