@@ -2,7 +2,7 @@
 
 Lines look like TensorFlow's, so habits and greps carry over::
 
-    2026-11-22 11:02:03.419040: I xlalab/runtime/graph.py:312] Executing IR graph hash 42 on device xla:0 done!
+    2026-11-22 11:02:03.419040: I xlalab/runtime/graph.py:312] Executing IR graph hash 42 on xla:0 done!
 
 ``vlog("tensor", 5, ...)`` prints only when TF_CPP_VMODULE gives module ``tensor`` a level of 5 or
 more and TF_CPP_MIN_LOG_LEVEL is 0, as the seeds describe. The check is two dictionary reads.
