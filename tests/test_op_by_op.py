@@ -33,7 +33,7 @@ def _two_steps(dev: torch.device | str) -> tuple[list[float], list[torch.Tensor]
         losses.append(
             train_step(w, model, opt, inputs, targets, barrier=xlalab.mark_step if lazy else lambda: None)
         )
-    return [float(x.cpu()) for x in losses], [p.detach().cpu() for p in model.parameters()]
+    return [float(x.detach().cpu()) for x in losses], [p.detach().cpu() for p in model.parameters()]
 
 
 @pytest.mark.parametrize("mode", ["XLA_SYNC_TENSORS_OPBYOP", "XLA_USE_EAGER_DEBUG_MODE"], indirect=True)

@@ -119,3 +119,24 @@ def test_strides_look_contiguous(dev: torch.device) -> None:
     x = torch.ones(2, 3, device=dev)
     assert x.stride() == (3, 1)
     assert x.is_contiguous()
+
+
+def test_deepcopy_of_a_model_keeps_its_parameters(dev: torch.device) -> None:
+    model = torch.nn.Linear(3, 2).to(dev)
+    twin = copy.deepcopy(model)
+    assert [isinstance(p, torch.nn.Parameter) for p in twin.parameters()] == [True, True]
+    with torch.no_grad():
+        twin.weight.add_(1)
+    assert not torch.equal(twin.weight.cpu(), model.weight.cpu())
+
+
+def test_torch_save_of_xla_tensors_loads_back_on_the_device(dev: torch.device) -> None:
+    import io
+
+    buffer = io.BytesIO()
+    weight = torch.nn.Parameter(torch.arange(4.0, device=dev))
+    torch.save({"x": torch.ones(2, device=dev) * 3, "w": weight}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert loaded["x"].device == dev and loaded["x"].tolist() == [3.0, 3.0]
+    assert isinstance(loaded["w"], torch.nn.Parameter) and loaded["w"].tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -6,6 +6,10 @@
 
 from __future__ import annotations
 
+# The debug layer subscribes to the runtime's events when its settings ask for it (PT_XLA_DEBUG=1,
+# XLA_SAVE_TENSORS_FILE, ...), so a script needs nothing but `import xlalab`.
+from . import debug as debug
+from .compat import use_torch_xla_names as use_torch_xla_names  # also installs the weight-tying check
 from .runtime import device, devices, mark_step, sync, wait_device_ops
 
 __version__ = "0.1.0"

@@ -34,9 +34,69 @@ def _available_platforms() -> list[str]:
     return found
 
 
+# ------------------------------------------------------------------- starting JAX's backends
+# JAX reads its host device count and its distributed runtime once, when its backends start.
+# xlalab starts them on the first use of an xla device (``platform()``), after applying these.
+
+_applied: dict[str, Any] = {}  # the settings in force once the backends started
+
+
+def _start() -> None:
+    """Apply XLA_NUM_DEVICES and the multi-host settings, then let JAX start its backends."""
+    n = config.get("XLA_NUM_DEVICES")
+    if n < 0:
+        raise DeviceError(f"XLA_NUM_DEVICES={n}: use a positive count (or 0 for JAX's default).")
+    coordinator = config.get("XLALAB_COORDINATOR_ADDRESS").strip()
+    if n > 0:
+        try:
+            jax.config.update("jax_num_cpu_devices", n)
+        except RuntimeError:
+            # Something ran a JAX operation before the first xla device was used. That is
+            # fine if it got the same count; otherwise say what to change.
+            have = len(jax.devices("cpu"))
+            if have != n:
+                raise DeviceError(
+                    f"XLA_NUM_DEVICES={n} cannot take effect: JAX's backends were already started "
+                    f"(with {have} CPU device(s)) by a JAX operation that ran before the first xla "
+                    "device was used. Set XLA_NUM_DEVICES in the environment, or call "
+                    "xlalab.runtime.config.set('XLA_NUM_DEVICES', n) at start, before anything uses JAX."
+                ) from None
+    if coordinator:
+        from jax._src import distributed
+
+        if distributed.global_state.client is None:  # the user may have initialized it already
+            jax.distributed.initialize(
+                coordinator_address=coordinator,
+                num_processes=config.get("XLALAB_NUM_PROCESSES"),
+                process_id=config.get("XLALAB_PROCESS_ID"),
+            )
+    _applied["XLA_NUM_DEVICES"] = n
+
+
+def started() -> bool:
+    """Whether xla devices were used, so XLA_NUM_DEVICES is fixed for this process."""
+    return "XLA_NUM_DEVICES" in _applied
+
+
+def _on_num_devices(n: Any) -> None:
+    if started() and n != _applied["XLA_NUM_DEVICES"]:
+        # Put the value in force back, so config.get keeps telling the truth, then refuse.
+        config._values["XLA_NUM_DEVICES"] = _applied["XLA_NUM_DEVICES"]
+        raise DeviceError(
+            f"XLA_NUM_DEVICES={n} was set after the first xla device was used; the device count is fixed "
+            f"for this process ({device_count()} device(s)). Set it at start: in the environment "
+            f"(XLA_NUM_DEVICES={n}) or with xlalab.runtime.config.set('XLA_NUM_DEVICES', {n}) before the "
+            "first xla device is used."
+        )
+
+
+config.watch("XLA_NUM_DEVICES", _on_num_devices)
+
+
 @functools.cache
 def platform() -> str:
     """The JAX platform behind xla devices (``cpu``, ``gpu``, ``tpu``)."""
+    _start()
     asked = config.get("PJRT_DEVICE").strip().upper()
     available = _available_platforms()
     if not asked:
@@ -58,11 +118,44 @@ def platform() -> str:
 
 @functools.cache
 def jax_devices() -> tuple[Any, ...]:
+    """This process's devices: ``xla:i`` is ``jax_devices()[i]``."""
+    name = platform()
+    devs = tuple(jax.local_devices(backend=name))
+    n = config.get("XLA_NUM_DEVICES")
+    if n > 0 and name != "cpu":
+        # On GPU/TPU the devices are real: XLA_NUM_DEVICES takes the first N of them.
+        if n > len(devs):
+            raise DeviceError(f"XLA_NUM_DEVICES={n}, but this machine has {len(devs)} {hw_name()} device(s).")
+        devs = devs[:n]
+    return devs
+
+
+@functools.cache
+def global_jax_devices() -> tuple[Any, ...]:
+    """Every process's devices, in JAX's global order (this process's alone without multi-host)."""
+    if jax.process_count() == 1:
+        return jax_devices()
     return tuple(jax.devices(platform()))
 
 
 def device_count() -> int:
+    """This process's xla devices."""
     return len(jax_devices())
+
+
+def global_device_count() -> int:
+    """The xla devices of every process of a multi-host run (``device_count()`` with one)."""
+    return len(global_jax_devices())
+
+
+def process_index() -> int:
+    platform()  # starts the distributed runtime if one is configured
+    return int(jax.process_index())
+
+
+def process_count() -> int:
+    platform()
+    return int(jax.process_count())
 
 
 def hw_name() -> str:

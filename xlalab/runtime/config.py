@@ -101,6 +101,23 @@ declare(
 )
 declare("XLA_SYNC_WAIT", bool, False, "Block at every sync until the device has finished executing.")
 declare(
+    "XLA_NUM_DEVICES",
+    int,
+    0,
+    "How many xla devices: on CPU, the number of host devices JAX creates (0 keeps JAX's default: one, "
+    "or XLA_FLAGS=--xla_force_host_platform_device_count); on GPU/TPU, the first N. Fixed once the first "
+    "xla device is used.",
+)
+declare(
+    "XLALAB_COORDINATOR_ADDRESS",
+    str,
+    "",
+    "host:port of process 0 of a multi-host run: xlalab calls jax.distributed.initialize before the first "
+    "xla device is used, and replicated steps span every process's devices (docs/distributed.md).",
+)
+declare("XLALAB_NUM_PROCESSES", int, 1, "Processes in a multi-host run (with XLALAB_COORDINATOR_ADDRESS).")
+declare("XLALAB_PROCESS_ID", int, 0, "This process's index, 0..XLALAB_NUM_PROCESSES-1, in a multi-host run.")
+declare(
     "XLA_IR_DEBUG",
     bool,
     False,
@@ -207,11 +224,20 @@ declare(
     "PT_XLA_DEBUG_LEVEL",
     int,
     2,
-    "PT_XLA_DEBUG detail: 1 prints the compile/execute reasons, "
-    "2 adds graph info and post-compilation analysis.",
+    "PT_XLA_DEBUG detail: 1 prints Compilation and Post Compilation Analysis (graph info, frames); "
+    "2 adds an Execution Analysis for every execution; 0 keeps only the analysis at exit.",
 )
 declare("PT_XLA_DEBUG_FILE", str, "", "Write PT_XLA_DEBUG output to this file instead of stderr.")
 declare("PT_XLA_DEBUG_MAX_FRAME", int, 8, "How many Python frames PT_XLA_DEBUG prints per event.")
+
+
+def _frames_depth(depth: Any) -> None:
+    from .frames import DEFAULT_DEPTH
+
+    DEFAULT_DEPTH[0] = max(8, int(depth))
+
+
+watch("PT_XLA_DEBUG_MAX_FRAME", _frames_depth)
 
 
 def markdown() -> str:

@@ -51,6 +51,7 @@ class SyncEvent(Event):
     num_tensors: int = 0
     graph_hash: int = 0
     graph: Any = None  # the linearized graph that ran (xlalab.runtime.graph.Graph)
+    device: str = ""
 
 
 @dataclass(frozen=True)

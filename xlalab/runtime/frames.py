@@ -35,8 +35,14 @@ def _is_library(filename: str) -> bool:
     return filename.startswith(_LIB_DIRS) or filename.endswith(_STDLIB_SKIP) or filename.startswith("<frozen")
 
 
-def user_frames(limit: int = 8) -> tuple[Frame, ...]:
+# How many frames events carry: at least 8, more when PT_XLA_DEBUG_MAX_FRAME asks for more.
+DEFAULT_DEPTH = [8]
+
+
+def user_frames(limit: int | None = None) -> tuple[Frame, ...]:
     """The innermost ``limit`` user frames, innermost first."""
+    if limit is None:
+        limit = DEFAULT_DEPTH[0]
     out: list[Frame] = []
     f = sys._getframe(1)
     while f is not None and len(out) < limit:

@@ -135,7 +135,7 @@ def _scope_name(n: Node) -> str:
     name = n.name.replace("::", "__")
     if n.frames and config.get("XLA_HLO_DEBUG"):
         f = n.frames[0]
-        name += f"@{os.path.basename(f.file)}:{f.line}"
+        name += f"[{os.path.basename(f.file)}:{f.line}]"  # XLA cuts op_name at '@': brackets survive
     return name
 
 
@@ -207,6 +207,30 @@ def _checked(op: Any, res: Any, shape: Any, dtype: torch.dtype) -> Any:
 
 # Nodes that are not aten ops: registered here, beside the graph machinery that makes them.
 SPECIAL_LOWERINGS: dict[Any, Callable[[list[Any], Any, Any, Any], Any]] = {}
+# Collective ops (registered by xlalab.runtime.replicated): op -> how many replicas a node spans.
+COLLECTIVES: dict[Any, Callable[[Node], int]] = {}
+
+
+def collective_width(graph: Graph) -> int:
+    """The most replicas any collective in ``graph`` spans (0 without collectives)."""
+    if not COLLECTIVES:
+        return 0
+    width = 0
+    for n in graph.nodes:
+        if n.op in COLLECTIVES:
+            width = max(width, COLLECTIVES[n.op](n))
+    return width
+
+
+def _refuse_collectives(graph: Graph) -> None:
+    """A graph whose collectives span several replicas runs only as a replicated program."""
+    width = collective_width(graph)
+    if width > 1:
+        raise LoweringError(
+            f"this graph ({len(graph.nodes)} nodes) holds a collective across {width} replicas, so it can "
+            "only run in a replicated step, where every replica reaches the barrier (mark_step, "
+            "optimizer_step or a read of the value) inside DataParallel; it was synced outside one."
+        )
 
 
 def build_function(graph: Graph) -> Callable[[list[Any], Any], list[Any]]:
@@ -363,6 +387,7 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
     flush_tracing()
     if _op_by_op(reason):
         graph = linearize(roots)
+        _refuse_collectives(graph)
         metrics.record("TensorsGraphSize", len(graph.nodes), "number")
         outs = run_op_by_op(graph, graph.key[-1])
         if events.listening():
@@ -383,6 +408,8 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
     key = (graph.key, _trace_settings())
     prog = CACHE.get(key)
     if prog is None:
+        # Checked on a miss only: a refused graph never enters the cache, so it misses again.
+        _refuse_collectives(graph)
         vlog(
             "xla_graph_executor",
             3,
@@ -435,10 +462,23 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
 
 
 def sync(reason: str = "mark_step", device: int | None = None) -> None:
-    """Materialize every live tensor with pending IR (a step barrier)."""
+    """Materialize every live tensor with pending IR (a step barrier).
+
+    In a replica thread (``xlalab.runtime.replicated``) this is the group's barrier: the
+    replicas' graphs run together as one SPMD program. Elsewhere, devices that a running
+    replica group owns are left to their replicas.
+    """
+    from .replicated import current, owned_devices
     from .tensor import forget_pending, pending_storages
 
+    replica = current()
+    if replica is not None:
+        replica.sync(reason)
+        return
     storages = pending_storages(device)
+    owned = owned_devices()
+    if owned:
+        storages = [st for st in storages if st.device not in owned]
     by_device: dict[int, list[Any]] = {}
     for st in storages:
         by_device.setdefault(st.device, []).append(st)
@@ -451,33 +491,69 @@ def sync(reason: str = "mark_step", device: int | None = None) -> None:
 
 def materialize(nodes: Sequence[Node], storages: Sequence[Any], reason: str) -> list[Any]:
     """Arrays for ``nodes`` (values of tensors over ``storages``), syncing those storages only."""
-    from .tensor import forget_pending
-
     if all(n.op is ir.DATA for n in nodes):
         return [n.value for n in nodes]
+    from .replicated import current
+    from .tensor import forget_pending
+
+    replica = current()
+    if replica is not None:
+        return replica.materialize(nodes, storages, reason)
+    return materialize_on_devices(nodes, storages, reason, forget_pending)
+
+
+def materialize_plan(
+    nodes: Sequence[Node], storages: Sequence[Any]
+) -> tuple[list[Any], list[int], list[Node]]:
+    """What reading ``nodes`` computes on one device: the pending storages among ``storages``
+    (their new values come along), the indices of the pending ``nodes``, and the roots."""
     bases: list[Any] = []
     seen: set[int] = set()
     for st in storages:
         if st.node.op is not ir.DATA and id(st) not in seen:
             seen.add(id(st))
             bases.append(st)
-    results: list[Any] = [None] * len(nodes)
+    idx = [i for i, n in enumerate(nodes) if n.op is not ir.DATA]
+    return bases, idx, [st.node for st in bases] + [nodes[i] for i in idx]
+
+
+def materialize_finish(
+    nodes: Sequence[Node],
+    bases: list[Any],
+    idx: list[int],
+    arrays: Sequence[Any],
+    forget: Callable[[list[Any]], None],
+) -> list[Any]:
+    """Store the bases' new values, and return every node's array (for a plan on one device)."""
+    for st, array in zip(bases, arrays):
+        st.node = ir.data(array, st.node.shape, st.node.dtype, st.device)
+    results = [n.value if n.op is ir.DATA else None for n in nodes]
+    for i, array in zip(idx, arrays[len(bases) :]):
+        results[i] = array
+    forget(bases)
+    return results
+
+
+def materialize_on_devices(
+    nodes: Sequence[Node], storages: Sequence[Any], reason: str, forget: Callable[[list[Any]], None]
+) -> list[Any]:
+    """``materialize`` device by device, each device's graph on its own (``forget`` drops the
+    storages from the pending set)."""
+    bases, idx, _ = materialize_plan(nodes, storages)
+    results: list[Any] = [n.value if n.op is ir.DATA else None for n in nodes]
     by_device: dict[int, list[int]] = {}
-    for i, n in enumerate(nodes):
-        if n.op is ir.DATA:
-            results[i] = n.value
-        else:
-            by_device.setdefault(n.device, []).append(i)
+    for i in idx:
+        by_device.setdefault(nodes[i].device, []).append(i)
     for dev in sorted(by_device):
         group = [st for st in bases if st.device == dev]
-        idx = by_device[dev]
-        roots = [st.node for st in group] + [nodes[i] for i in idx]
+        dev_idx = by_device[dev]
+        roots = [st.node for st in group] + [nodes[i] for i in dev_idx]
         arrays = execute(roots, reason)
         for st, array in zip(group, arrays):
             st.node = ir.data(array, st.node.shape, st.node.dtype, dev)
-        for i, array in zip(idx, arrays[len(group) :]):
+        for i, array in zip(dev_idx, arrays[len(group) :]):
             results[i] = array
-    forget_pending(bases)
+    forget(bases)
     return results
 
 

@@ -171,9 +171,27 @@ class XlaTensor(torch.Tensor):
             return memo[id(self)]
         with torch.no_grad():
             out = self.detach().clone()
-        out.requires_grad_(self.requires_grad)
+        if getattr(self, "_is_param", False):
+            out = torch.nn.Parameter(out, requires_grad=self.requires_grad)  # a model copy keeps its params
+        else:
+            out.requires_grad_(self.requires_grad)
         memo[id(self)] = out
         return out
+
+    # ---- the seeds: saving an xla tensor directly loads it back on the xla device it came from
+    # (xm.save moves tensors to the CPU first, which is what files for other machines need).
+    def __reduce_ex__(self, protocol: Any) -> Any:  # type: ignore[override]
+        host = to_cpu(self, "save")
+        is_param = bool(getattr(self, "_is_param", False))
+        return (_rebuild, (host, str(self.device), self.requires_grad, is_param))
+
+
+def _rebuild(host: torch.Tensor, device: str, requires_grad: bool, is_param: bool) -> torch.Tensor:
+    """Unpickle an xla tensor: onto the device it was saved from (an error if that is missing)."""
+    t = host.to(torch.device(device))
+    if is_param:
+        return torch.nn.Parameter(t, requires_grad=requires_grad)
+    return t.requires_grad_(requires_grad) if requires_grad else t
 
 
 def wrap(node: Node, st: Storage | None = None, chain: tuple[Any, ...] = ()) -> XlaTensor:
@@ -741,7 +759,8 @@ def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     t0 = time.perf_counter()
     xla_args = [a for a in _flat(args, kwargs) if isinstance(a, XlaTensor)]
     device = xla_args[0]._st.device if xla_args else 0
-    host = dict(zip(map(id, xla_args), to_cpu_many(xla_args, "fallback")))
+    # The sync that brings the inputs over names the op: debuggers explain it before it runs.
+    host = dict(zip(map(id, xla_args), to_cpu_many(xla_args, f"fallback:{name}")))
 
     def to_host(a: Any) -> Any:
         if isinstance(a, XlaTensor):

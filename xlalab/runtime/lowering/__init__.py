@@ -7,7 +7,10 @@ import importlib
 from .registry import LOWERINGS, lowering
 
 # Each module registers its ops on import.
-for _name in ("views", "random", "factories", "elementwise", "reductions", "nn", "linalg", "indexing"):
+_MODULES = (
+    "views", "random", "factories", "elementwise", "reductions", "nn", "linalg", "indexing", "rnn", "special",
+)  # fmt: skip
+for _name in _MODULES:
     importlib.import_module(f"{__name__}.{_name}")
 
 __all__ = ["LOWERINGS", "lowering"]

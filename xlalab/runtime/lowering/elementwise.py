@@ -46,6 +46,25 @@ def is_integral(*xs: Array | Scalar) -> bool:
     return bool(jnp.issubdtype(dt, jnp.integer) or jnp.issubdtype(dt, jnp.bool_))
 
 
+HALF = (jnp.float16, jnp.bfloat16)
+
+
+def integral_scalar(s: Scalar, x: Array) -> Scalar:
+    """A Scalar as torch's integer kernels see it: truncated to ``x``'s integer dtype.
+
+    Float scalars reach lowerings as float graph inputs even when the op computes in an
+    integer dtype (``addmv(int, ..., beta=0.5)``), where torch converts them with a C cast.
+    """
+    if not is_integral(x):
+        return s
+    if isinstance(s, float):
+        return int(s)  # a C cast truncates toward zero
+    if isinstance(s, _PY_NUMBER):
+        return s
+    s = jnp.asarray(s)
+    return s.astype(x.dtype) if jnp.issubdtype(s.dtype, jnp.floating) else s
+
+
 def compute_float(x: Array) -> Array:
     """Upcast half-precision inputs to float32 for numerically touchy math.
 
@@ -95,7 +114,8 @@ def _div_mode(x: Array, other: Array | Scalar, rounding_mode: str | None = None)
     if is_integral(x, other):
         # lax.div on integers truncates toward zero, exactly like C (and torch 'trunc').
         dt = jnp.result_type(x, other)
-        return lax.div(jnp.asarray(x, dt), jnp.asarray(other, dt))
+        a, b = jnp.broadcast_arrays(jnp.asarray(x, dt), jnp.asarray(other, dt))
+        return lax.div(a, b)
     return jnp.trunc(jnp.true_divide(x, other))
 
 
@@ -117,10 +137,25 @@ def _fmod(x: Array, other: Array | Scalar) -> Array:
 
 @lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
 def _pow(x: Array | Scalar, exponent: Array | Scalar) -> Array:
+    if isinstance(x, jax.Array) and x.dtype == jnp.bool_:
+        x = x.astype(jnp.int64)  # torch computes bool powers in the promoted (integer) type
     if type(exponent) is int and exponent >= 0 and not isinstance(x, _PY_NUMBER):
         # Small integer powers become multiplies, like torch's x*x fast path for pow(x, 2).
         return lax.integer_pow(x, exponent)
+    if is_integral(x, exponent):
+        return _integer_pow(jnp.asarray(x), jnp.asarray(exponent))
     return jnp.power(x, exponent)
+
+
+def _integer_pow(x: Array, exponent: Array) -> Array:
+    """torch's integer pow: a negative exponent gives 0, except for bases 1 and -1."""
+    dt = jnp.result_type(x, exponent)
+    x, exponent = x.astype(dt), exponent.astype(dt)
+    positive = jnp.power(x, jnp.maximum(exponent, 0))
+    one = jnp.ones((), dt)
+    odd = (exponent % 2) != 0
+    negative = jnp.where(x == 1, one, jnp.where(x == -1, jnp.where(odd, -one, one), jnp.zeros((), dt)))
+    return jnp.where(exponent < 0, negative, positive)
 
 
 @lowering(aten.float_power.Tensor_Tensor, aten.float_power.Tensor_Scalar, aten.float_power.Scalar)
@@ -139,19 +174,36 @@ def _reciprocal(x: Array) -> Array:
     return 1 / (x.astype(jnp.float32) if is_integral(x) else x)
 
 
+def _in_float(fn: Any) -> Any:
+    """Run a fused pointwise formula in float32 for half inputs and round once, as torch's
+    CPU kernels do (their ``opmath`` type); other dtypes are left alone."""
+
+    def lower(x: Array, *rest: Any, **kw: Any) -> Array:
+        if x.dtype not in HALF:
+            return fn(x, *rest, **kw)
+        up = [compute_float(a) if isinstance(a, jax.Array) else a for a in rest]
+        kup = {k: compute_float(a) if isinstance(a, jax.Array) else a for k, a in kw.items()}
+        return fn(compute_float(x), *up, **kup).astype(x.dtype)
+
+    return lower
+
+
 @lowering(aten.addcmul.default)
+@_in_float
 def _addcmul(x: Array, tensor1: Array, tensor2: Array, value: Scalar = 1) -> Array:
     # Same association as torch's CPU kernel: self + (value * t1) * t2.
-    return x + scaled(tensor1, value) * tensor2
+    return x + scaled(tensor1, integral_scalar(value, x)) * tensor2
 
 
 @lowering(aten.addcdiv.default)
+@_in_float
 def _addcdiv(x: Array, tensor1: Array, tensor2: Array, value: Scalar = 1) -> Array:
     # Same association as torch's CPU kernel: self + (value * t1) / t2.
     return x + scaled(tensor1, value) / tensor2
 
 
 @lowering(aten.lerp.Scalar, aten.lerp.Tensor)
+@_in_float
 def _lerp(x: Array, end: Array, weight: Array | Scalar) -> Array:
     # torch switches formula at |w| = 0.5 so that lerp(a, b, 1) == b exactly.
     diff = end - x
@@ -340,7 +392,7 @@ _UNARY: dict[Any, Any] = {
     aten.erfc.default: lax.erfc,
     aten.erfinv.default: lax.erf_inv,
     aten.lgamma.default: lax.lgamma,
-    aten.digamma.default: lax.digamma,
+    aten.digamma.default: lambda x: jnp.where(x == 0, -jnp.inf, lax.digamma(x)),  # torch: -inf at 0
     aten.sigmoid.default: jax.nn.sigmoid,
     aten.floor.default: jnp.floor,
     aten.ceil.default: jnp.ceil,
@@ -356,6 +408,9 @@ def _float_unary(fn: Any) -> Any:
         # Integer inputs of float math compute in float (torch returns default float).
         if is_integral(x) and fn not in _INT_PRESERVING:
             x = x.astype(jnp.float32)
+        if x.dtype in HALF and fn not in _INT_PRESERVING:
+            # torch evaluates half math in float32 and rounds once.
+            return fn(x.astype(jnp.float32)).astype(x.dtype)
         return fn(x)
 
     return lower
@@ -493,3 +548,17 @@ def _to_copy(
 ) -> Array:
     # Only the dtype conversion is ours; device moves belong to the runtime.
     return x if dtype is None else x.astype(to_jnp(dtype))
+
+
+# --- complex results ----------------------------------------------------------------------
+
+
+@lowering(aten.complex.default)
+def _complex(real: Array, imag: Array) -> Array:
+    real, imag = jnp.broadcast_arrays(compute_float(real), compute_float(imag))
+    return lax.complex(real, imag)
+
+
+@lowering(aten.polar.default)
+def _polar(abs: Array, angle: Array) -> Array:
+    return _complex(abs * jnp.cos(angle), abs * jnp.sin(angle))

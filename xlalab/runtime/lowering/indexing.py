@@ -131,6 +131,15 @@ def _src_block(src: Array | Scalar, index: Array, dtype: Any) -> Array:
 
 
 def _scatter(x: Array, dim: int, index: Array, src: Array | Scalar, reduce: str | None) -> Array:
+    if x.ndim == 0 or index.ndim == 0:
+        # torch treats 0-d operands as 1-element vectors here.
+        src1 = src.reshape(-1) if isinstance(src, jax.Array) and src.ndim == 0 else src
+        out = _scatter(x.reshape(-1), 0, index.reshape(-1), src1, reduce)
+        return out.reshape(x.shape)
+    if x.dtype == jnp.bool_ and reduce is not None:
+        # bool sum/max are logical ors, prod/min logical ands: reduce 0/1 integers.
+        ints = jnp.asarray(src).astype(jnp.int32)
+        return _scatter(x.astype(jnp.int32), dim, index, ints, reduce) != 0
     target = x.at[_scatter_target(index, dim)]
     values = _src_block(src, index, x.dtype)
     if reduce is None:
@@ -176,6 +185,9 @@ def _reduce_identity(reduce: str, dtype: Any) -> Scalar:
 def _scatter_reduce(
     x: Array, dim: int, index: Array, src: Array, reduce: str, include_self: bool = True
 ) -> Array:
+    if x.dtype == jnp.bool_:
+        out = _scatter_reduce(x.astype(jnp.int32), dim, index, src.astype(jnp.int32), reduce, include_self)
+        return out != 0
     target = _scatter_target(index, dim)
     base = x if include_self else x.at[target].set(jnp.asarray(_reduce_identity(reduce, x.dtype), x.dtype))
     if reduce != "mean":
@@ -191,19 +203,44 @@ def _dim_index(dim: int, ndim: int, index: Any) -> tuple[Any, ...]:
     return (slice(None),) * _dim(dim, ndim) + (index,)
 
 
-@lowering(aten.index_add.default)
+def _as_vector(fn: Any) -> Any:
+    """index_add/copy/fill on a 0-d tensor: torch treats it (and a 0-d source) as 1 element."""
+
+    def lower(x: Array, dim: int, index: Array, source: Any, *rest: Any, **kw: Any) -> Array:
+        if x.ndim > 0:
+            return fn(x, dim, index, source, *rest, **kw)
+        if isinstance(source, jax.Array) and source.ndim == 0 and fn is not _index_fill:
+            source = source.reshape(1)
+        return fn(x.reshape(1), 0, index.reshape(-1), source, *rest, **kw).reshape(())
+
+    return lower
+
+
 def _index_add(x: Array, dim: int, index: Array, source: Array, alpha: Scalar = 1) -> Array:
-    return x.at[_dim_index(dim, x.ndim, index)].add(scaled(source, alpha))
+    if index.ndim == 0:
+        index = index.reshape(1)
+        source = jnp.expand_dims(source, _dim(dim, x.ndim)) if source.ndim == x.ndim - 1 else source
+    where = _dim_index(dim, x.ndim, index)
+    if x.dtype == jnp.bool_:
+        # bool "addition" is a logical or.
+        return x.astype(jnp.int32).at[where].add(source.astype(jnp.int32)) != 0
+    return x.at[where].add(scaled(source, alpha).astype(x.dtype))
 
 
-@lowering(aten.index_copy.default)
 def _index_copy(x: Array, dim: int, index: Array, source: Array) -> Array:
+    if index.ndim == 0:
+        index = index.reshape(1)
+        source = jnp.expand_dims(source, _dim(dim, x.ndim)) if source.ndim == x.ndim - 1 else source
     return x.at[_dim_index(dim, x.ndim, index)].set(source.astype(x.dtype))
 
 
-@lowering(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
 def _index_fill(x: Array, dim: int, index: Array, value: Array | Scalar) -> Array:
-    return x.at[_dim_index(dim, x.ndim, index)].set(jnp.asarray(value, x.dtype))
+    return x.at[_dim_index(dim, x.ndim, index.reshape(-1))].set(jnp.asarray(value, x.dtype))
+
+
+lowering(aten.index_add.default)(_as_vector(_index_add))
+lowering(aten.index_copy.default)(_as_vector(_index_copy))
+lowering(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)(_as_vector(_index_fill))
 
 
 def _mask_put(x: Array, position: int, mask: Array, values: Array, accumulate: bool) -> Array:
@@ -237,7 +274,10 @@ def _index_put(
     if len(given) == 1 and _is_mask(given[0][1]):
         position, mask = given[0]
         return _mask_put(x, position, mask, values, accumulate)
-    target = x.at[_index_tuple(indices)]
+    where = _index_tuple(indices)
+    if accumulate and x.dtype == jnp.bool_:  # bool sums are logical ors
+        return x.astype(jnp.int32).at[where].add(values.astype(jnp.int32)) != 0
+    target = x.at[where]
     values = values.astype(x.dtype)
     return target.add(values) if accumulate else target.set(values)
 
@@ -247,6 +287,8 @@ def _masked_scatter(x: Array, mask: Array, source: Array) -> Array:
     # The k-th selected position takes source's k-th element: a cumsum finds k, so the
     # result keeps a static shape even though the number of selected elements varies.
     mask = jnp.broadcast_to(mask, x.shape)
+    if source.size == 0:
+        return x  # nothing to place (torch requires the mask to select nothing then)
     position = jnp.cumsum(mask.reshape(-1).astype(jnp.int64)) - 1
     picked = source.reshape(-1)[jnp.clip(position, 0, source.size - 1)].reshape(x.shape)
     return jnp.where(mask, picked.astype(x.dtype), x)

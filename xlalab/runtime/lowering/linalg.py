@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from xlalab.runtime.lowering.elementwise import Scalar, is_number, scaled
+from xlalab.runtime.lowering.elementwise import HALF, Scalar, integral_scalar, is_number, scaled
 from xlalab.runtime.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -28,16 +28,38 @@ def precision() -> lax.Precision:
     return _PRECISION.get(torch.get_float32_matmul_precision(), lax.Precision.HIGHEST)
 
 
-def _matmul(a: Array, b: Array) -> Array:
+def _product(a: Array, b: Array) -> Array:
+    """``a @ b``, accumulated (and left) in float32 for half inputs, as torch's CPU GEMMs do."""
+    if a.dtype in HALF:
+        return jnp.matmul(a, b, precision=precision(), preferred_element_type=jnp.float32)
     return jnp.matmul(a, b, precision=precision())
 
 
+def _matmul(a: Array, b: Array) -> Array:
+    return _product(a, b).astype(a.dtype)
+
+
+# beta and alpha are baked into the graph: beta == 0 selects a formula (x is ignored, NaNs
+# included), and a baked Python float keeps its full precision where a graph input would be
+# rounded to a half dtype first (torch scales half tensors by float scalars).
+_BETA_ALPHA = ("beta", "alpha")
+
+
 def _beta_alpha(x: Array, product: Array, beta: Scalar, alpha: Scalar) -> Array:
-    """``beta * x + alpha * product``; torch ignores ``x`` (even NaN in it) when beta is 0."""
+    """``beta * x + alpha * product``; torch ignores ``x`` (even NaN in it) when beta is 0.
+
+    Integer kernels truncate float ``beta``/``alpha`` to the integer type; half kernels
+    scale and add in float32 and round once."""
+    beta, alpha = integral_scalar(beta, x), integral_scalar(alpha, x)
+    half = x.dtype if x.dtype in HALF else None
+    if half is not None:
+        x, product = x.astype(jnp.float32), product.astype(jnp.float32)
     product = scaled(product, alpha)
     if is_number(beta, 0):
-        return jnp.broadcast_to(product, jnp.broadcast_shapes(x.shape, product.shape))
-    return scaled(x, beta) + product
+        out = jnp.broadcast_to(product, jnp.broadcast_shapes(x.shape, product.shape))
+    else:
+        out = scaled(x, beta) + product
+    return out if half is None else out.astype(half)
 
 
 @lowering(aten.mm.default)
@@ -72,28 +94,31 @@ def _outer(x: Array, vec2: Array) -> Array:
     return jnp.outer(x, vec2)
 
 
-@lowering(aten.addmm.default)
+@lowering(aten.addmm.default, static=_BETA_ALPHA)
 def _addmm(x: Array, mat1: Array, mat2: Array, beta: Scalar = 1, alpha: Scalar = 1) -> Array:
-    return _beta_alpha(x, _matmul(mat1, mat2), beta, alpha)
+    return _beta_alpha(x, _product(mat1, mat2), beta, alpha)
 
 
-@lowering(aten.baddbmm.default)
+@lowering(aten.baddbmm.default, static=_BETA_ALPHA)
 def _baddbmm(x: Array, batch1: Array, batch2: Array, beta: Scalar = 1, alpha: Scalar = 1) -> Array:
-    return _beta_alpha(x, _matmul(batch1, batch2), beta, alpha)
+    return _beta_alpha(x, _product(batch1, batch2), beta, alpha)
 
 
-@lowering(aten.addbmm.default)
+@lowering(aten.addbmm.default, static=_BETA_ALPHA)
 def _addbmm(x: Array, batch1: Array, batch2: Array, beta: Scalar = 1, alpha: Scalar = 1) -> Array:
     # One contraction over (batch, k) rather than a bmm and a sum: fewer roundings.
-    product = jnp.einsum("bij,bjk->ik", batch1, batch2, precision=precision())
+    acc = jnp.float32 if batch1.dtype in HALF else None
+    product = jnp.einsum("bij,bjk->ik", batch1, batch2, precision=precision(), preferred_element_type=acc)
     return _beta_alpha(x, product, beta, alpha)
 
 
-@lowering(aten.addmv.default)
+@lowering(aten.addmv.default, static=_BETA_ALPHA)
 def _addmv(x: Array, mat: Array, vec: Array, beta: Scalar = 1, alpha: Scalar = 1) -> Array:
-    return _beta_alpha(x, _matmul(mat, vec), beta, alpha)
+    return _beta_alpha(x, _product(mat, vec), beta, alpha)
 
 
-@lowering(aten.addr.default)
+@lowering(aten.addr.default, static=_BETA_ALPHA)
 def _addr(x: Array, vec1: Array, vec2: Array, beta: Scalar = 1, alpha: Scalar = 1) -> Array:
+    if vec1.dtype in HALF:
+        vec1 = vec1.astype(jnp.float32)
     return _beta_alpha(x, jnp.outer(vec1, vec2), beta, alpha)

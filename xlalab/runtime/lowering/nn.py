@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from xlalab.runtime.lowering.elementwise import Scalar, compute_float
+from xlalab.runtime.lowering.elementwise import HALF, Scalar, compute_float
 from xlalab.runtime.lowering.reductions import axes
 from xlalab.runtime.lowering.registry import lowering
 
@@ -66,11 +66,13 @@ def conv(
     nd = weight.ndim - 2
     stride, padding, dilation = _expand(stride, nd), _expand(padding, nd), _expand(dilation, nd)
     dn = _conv_dimension_numbers(nd)
+    # Half convolutions accumulate in float32 and round once, as torch's CPU kernels do.
+    acc = jnp.float32 if x.dtype in HALF else None
     if not transposed:
         pads = [(p, p) for p in padding]
         out = lax.conv_general_dilated(
             x, weight, stride, pads, rhs_dilation=dilation, dimension_numbers=dn,
-            feature_group_count=groups, precision=_conv_precision(),
+            feature_group_count=groups, precision=_conv_precision(), preferred_element_type=acc,
         )  # fmt: skip
     else:
         # A transposed conv is the gradient of a conv: dilate the input by the stride,
@@ -88,11 +90,11 @@ def conv(
         ]
         out = lax.conv_general_dilated(
             x, w, (1,) * nd, pads, lhs_dilation=stride, rhs_dilation=dilation, dimension_numbers=dn,
-            feature_group_count=groups, precision=_conv_precision(),
+            feature_group_count=groups, precision=_conv_precision(), preferred_element_type=acc,
         )  # fmt: skip
     if bias is not None:
         out = out + _channel(bias, out.ndim)
-    return out
+    return out if acc is None else out.astype(x.dtype)
 
 
 @lowering(aten.convolution.default)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import torch
 
 from xlalab.runtime.dtypes import to_jnp
-from xlalab.runtime.lowering.elementwise import Scalar, is_integral
+from xlalab.runtime.lowering.elementwise import Scalar, compute_float, is_integral
 from xlalab.runtime.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -35,14 +35,18 @@ def axes(x: Array, dim: Dims) -> tuple[int, ...] | None:
 
 
 def _accumulate_as(x: Array, dtype: torch.dtype | None) -> Array:
-    """Input of sum/prod/cumsum: the requested dtype, else int64 for integral inputs.
+    """Input of sum/prod/cumsum: the requested dtype, else int64 for integral inputs;
+    half types widened to float32.
 
     Torch accumulates bool and every integer type in int64; JAX would keep int32 (and
     overflow) unless told.
     """
     if dtype is not None:
-        return x.astype(to_jnp(dtype))
-    return x.astype(jnp.int64) if is_integral(x) else x
+        x = x.astype(to_jnp(dtype))
+    elif is_integral(x):
+        return x.astype(jnp.int64)
+    # Half types accumulate in float32 (torch's opmath); the result is rounded once.
+    return compute_float(x)
 
 
 def _as_float(x: Array) -> Array:
@@ -71,12 +75,12 @@ def _prod_dim(x: Array, dim: int, keepdim: bool = False, dtype: torch.dtype | No
 
 @lowering(aten.mean.default)
 def _mean(x: Array, dtype: torch.dtype | None = None) -> Array:
-    return jnp.mean(x if dtype is None else x.astype(to_jnp(dtype)))
+    return jnp.mean(compute_float(x if dtype is None else x.astype(to_jnp(dtype))))
 
 
 @lowering(aten.mean.dim)
 def _mean_dim(x: Array, dim: Dims, keepdim: bool = False, dtype: torch.dtype | None = None) -> Array:
-    x = x if dtype is None else x.astype(to_jnp(dtype))
+    x = compute_float(x if dtype is None else x.astype(to_jnp(dtype)))
     return jnp.mean(x, axis=axes(x, dim), keepdims=keepdim)
 
 
@@ -149,7 +153,7 @@ def _count_nonzero(x: Array, dim: Dims = None) -> Array:
 
 def _var(x: Array, dim: Dims, correction: Scalar | None, keepdim: bool) -> tuple[Array, Array]:
     """(variance, mean) over ``dim`` with torch's ``correction`` (default 1: unbiased)."""
-    x = _as_float(x)
+    x = compute_float(_as_float(x))
     ax = axes(x, dim)
     mean = jnp.mean(x, axis=ax, keepdims=True)
     centered = x - mean
@@ -192,7 +196,7 @@ def _std_mean(
 
 @lowering(aten.logsumexp.default)
 def _logsumexp(x: Array, dim: Dims, keepdim: bool = False) -> Array:
-    return jax.nn.logsumexp(_as_float(x), axis=axes(x, dim), keepdims=keepdim)
+    return jax.nn.logsumexp(compute_float(_as_float(x)), axis=axes(x, dim), keepdims=keepdim)
 
 
 # --- norms --------------------------------------------------------------------------
@@ -207,7 +211,7 @@ def _static_ord(ord: Scalar) -> float | None:
 
 def vector_norm(x: Array, ord: Scalar = 2, dim: Dims = None, keepdim: bool = False) -> Array:
     ax = axes(x, dim)
-    a = jnp.abs(_as_float(x))
+    a = jnp.abs(compute_float(_as_float(x)))  # half norms accumulate in float32, like torch
 
     def by_order(p: float) -> Array:
         if p == 2:
@@ -270,6 +274,7 @@ def _norm_dim_dtype(x: Array, p: Scalar | None, dim: Dims, keepdim: bool, dtype:
 @lowering(aten.cumsum.default)
 def _cumsum(x: Array, dim: int, dtype: torch.dtype | None = None) -> Array:
     x = _accumulate_as(x, dtype)
+    # Half types accumulate in float32 (torch's opmath); the runtime rounds each partial sum once.
     return x if x.ndim == 0 else jnp.cumsum(x, axis=dim)
 
 

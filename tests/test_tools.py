@@ -1,0 +1,594 @@
+"""The troubleshooting tools: ``xlalab debug-run`` and ``xlalab dump-stacks``.
+
+Most tests call the tools' ``main`` in-process: a fresh ``python -m xlalab...`` pays seconds of
+torch and jax import before doing anything, and the children these tests start are plain Python
+scripts that do not import xlalab, except the one debug-run of the demo training script.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import re
+import runpy
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from xlalab.tools import cli, debug_run, dump_stacks
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "examples" / "debug_run_demo.py"
+REFERENCE = REPO.parent / "shared" / "reference" / "torch_xla-2.9-cpu" / "04_save_tensors_text_FULL.txt"
+DUMP_STACKS_PY = Path(dump_stacks.__file__).resolve()
+
+
+# --------------------------------------------------------------------------- graph-file parsing
+
+
+def _block(batch: int, graph_hash: str, lr: float, sync_line: int = 31) -> str:
+    """One XLA_SAVE_TENSORS_FILE text block of a tiny step, in the reference layout."""
+    return textwrap.dedent(
+        f"""\
+        [ScheduleSyncTensorsGraph]
+        TensorsGraphInfo:
+          mark_step (/opt/venv/lib/python3.11/site-packages/xlalab/core/xla_model.py:55)
+          train_step (/home/u/train.py:{sync_line})
+          <module> (/home/u/train.py:40)
+
+        Root Hashes: (5f0c11, 81d2ab)
+
+        ## BEGIN_GRAPH
+        IR {{
+          %0 = f32[4,16]{{1,0}} xla::device_data(), xla_shape=f32[4,16]{{1,0}}
+          %1 = f32[{batch},4]{{1,0}} xla::device_data(), location=<module>@train.py:38, xla_shape=f32[{batch},4]{{1,0}}
+          %2 = f32[{batch},16]{{1,0}} aten::mm(%1, %0), location=forward@model.py:12, xla_shape=f32[{batch},16]{{1,0}}
+          %3 = f64[] xla::device_data(), scalar={lr}, xla_shape=f64[]
+          %4 = f32[{batch},16]{{1,0}} aten::mul(%2, %3), location=train_step@train.py:30, frames=train_step@/home/u/train.py:30|<module>@/home/u/train.py:40, xla_shape=f32[{batch},16]{{1,0}}, ROOT=0
+        }}
+
+        Graph Hash: {graph_hash}
+
+        ## END_GRAPH
+
+        """  # noqa: E501 - node lines are long in the real format too
+    )
+
+
+SYNTHETIC = (
+    _block(8, "aaaa1111", 0.1)
+    + _block(8, "aaaa1111", 0.05)  # only a float input's value changed: same graph
+    + _block(4, "bbbb2222", 0.05)  # the short last batch
+    + _block(4, "cccc3333", 0.05, sync_line=35)  # another sync site, one graph only
+)
+
+
+def test_parse_synthetic_blocks() -> None:
+    blocks = debug_run.parse_graph_blocks(SYNTHETIC)
+    assert [b.graph_hash for b in blocks] == ["aaaa1111", "aaaa1111", "bbbb2222", "cccc3333"]
+    first = blocks[0]
+    assert [str(f) for f in first.frames][1] == "train_step (/home/u/train.py:31)"
+    assert len(first.nodes) == 5 and [n.id for n in first.inputs] == [0, 1, 3]
+    mul = first.nodes[4]
+    assert (mul.op, mul.shape, mul.operands, mul.location) == (
+        "aten::mul",
+        "f32[8,16]{1,0}",
+        "%2, %3",
+        "train_step@train.py:30",
+    )
+    # The library frame (site-packages/xlalab) is skipped: the sync location is the user's line.
+    assert debug_run.sync_location(first) == "train_step (/home/u/train.py:31)"
+    # A float input's current value is not structure: same-hash blocks do not differ.
+    assert debug_run.diff_graphs(blocks[0], blocks[1])[-1].startswith("no difference in the dumped nodes")
+
+
+def test_summary_names_recompiling_location_and_changed_shape() -> None:
+    text = "\n".join(debug_run.summarize_graphs(debug_run.parse_graph_blocks(SYNTHETIC)))
+    assert "4 syncs, 3 distinct graphs, 2 sync locations; 1 location(s) with more than one graph" in text
+    assert "RECOMPILED at train_step (/home/u/train.py:31): 3 syncs, 2 distinct graphs" in text
+    assert "graph 1: hash aaaa1111, first at sync #1, 2 sync(s)" in text
+    assert "graph 1 -> graph 2 (sync #3):" in text
+    assert "input shapes changed (1 of 3 inputs):" in text
+    assert "input %1: f32[8,4] -> f32[4,4]  (at <module>@train.py:38)" in text
+    assert "first differing node: %1: xla::device_data f32[8,4] -> xla::device_data f32[4,4]" in text
+    assert "train_step (/home/u/train.py:35): 1 sync(s), hash cccc3333" in text
+    assert "RECOMPILED at train_step (/home/u/train.py:35)" not in text
+
+
+def test_truncated_graph_file_still_parses() -> None:
+    cut = SYNTHETIC[: SYNTHETIC.index("Graph Hash: bbbb2222")]  # the run crashed mid-write
+    blocks = debug_run.parse_graph_blocks(cut)
+    assert len(blocks) == 3 and blocks[2].graph_hash.startswith("~")  # a hash derived from the nodes
+    assert "RECOMPILED at train_step (/home/u/train.py:31)" in "\n".join(debug_run.summarize_graphs(blocks))
+
+
+@pytest.mark.skipif(
+    not REFERENCE.exists(), reason=f"the torch_xla reference capture is not here: {REFERENCE}"
+)
+def test_parse_torch_xla_reference_dump() -> None:
+    blocks = debug_run.parse_graph_blocks(REFERENCE.read_text())
+    assert [b.graph_hash[:8] for b in blocks] == ["83d0c656", "66ade4b8", "66ade4b8"]
+    assert [len(b.nodes) for b in blocks] == [80, 122, 122]
+    assert debug_run.sync_location(blocks[0]) == "<module> (<scripts>/s4_train.py:24)"
+    text = "\n".join(debug_run.summarize_graphs(blocks))
+    assert "RECOMPILED at <module> (<scripts>/s4_train.py:24): 3 syncs, 2 distinct graphs" in text
+    # Step 2 adds SGD's momentum buffers: one more input per parameter (and a scalar each).
+    assert "number of inputs: 21 -> 37" in text
+    assert "only after: f32[10,1,5,5], f32[10,50]" in text
+    assert "number of nodes: 80 -> 122" in text
+
+
+def test_metrics_and_pt_xla_debug_summaries() -> None:
+    metrics = (
+        "[MetricsData; step=0]\nMetric: CompileTime\n  TotalSamples: 1\n"
+        "Counter: UncachedCompile\n  Value: 1\n"
+        "[MetricsData; step=1]\nMetric: CompileTime\n  TotalSamples: 2\n"
+        "Counter: UncachedCompile\n  Value: 2\n"
+        "Counter: aten::nonzero\n  Value: 3\n"
+    )
+    lines = debug_run.summarize_metrics(metrics)
+    assert "last report (step=1, 2 report(s)): CompileTime samples=2" in lines[0]
+    assert "UncachedCompile=2" in lines[0] and lines[1].endswith("aten::nonzero=3")
+    debug = (
+        "Compilation Analysis: Compilation Cause\nCompilation Analysis:   user mark_step\n"
+        "Execution Analysis: Execution Cause\nExecution Analysis:   user mark_step\n"
+    )
+    assert debug_run.summarize_pt_xla_debug(debug)[:2] == [
+        "compilations: 1 (user mark_step x1)",
+        "executions: 1 (user mark_step x1)",
+    ]
+
+
+# --------------------------------------------------------------------------- redaction
+
+
+def test_redact_env_by_name_and_by_value() -> None:
+    env = {
+        "API_TOKEN": "fake-token-1234",
+        "AWS_SECRET_ACCESS_KEY": "abc",
+        "db_password": "hunter2",
+        "GH_AUTH": "x",
+        "EMPTY_TOKEN": "",
+        "INNOCENT": "ghp_" + "a1B2" * 9,  # a GitHub token under a harmless name
+        "OPAQUE": "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZg==",
+        "DATABASE_URL": "postgres://me:s3cret@db.example.com:5432/x",
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/root",
+        "PJRT_DEVICE": "CPU",
+        "LONG_PATH": "/opt/very/long/path/with/digits/1234567890/abcdefghijk",
+    }
+    red = debug_run.redact_env(env)
+    for name in ("API_TOKEN", "AWS_SECRET_ACCESS_KEY", "db_password", "GH_AUTH", "INNOCENT", "OPAQUE"):
+        assert red[name] == "<redacted>", name
+    assert red["EMPTY_TOKEN"] == ""  # nothing to hide; that it is empty helps debugging
+    assert red["DATABASE_URL"] == "postgres://me:<redacted>@db.example.com:5432/x"
+    for name in ("PATH", "HOME", "PJRT_DEVICE", "LONG_PATH"):
+        assert red[name] == env[name], name
+
+
+def test_redact_argv() -> None:
+    argv = ["python", "train.py", "--api-key", "abc", "--token=xyz", "--lr", "0.1", "hf_" + "x9" * 10]
+    assert debug_run.redact_argv(argv) == [
+        "python",
+        "train.py",
+        "--api-key",
+        "<redacted>",
+        "--token=<redacted>",
+        "--lr",
+        "0.1",
+        "<redacted>",
+    ]
+
+
+# --------------------------------------------------------------------------- debug-run end to end
+
+
+def _members(archive: Path) -> dict[str, bytes]:
+    with tarfile.open(archive, "r:gz") as tar:
+        out = {}
+        for m in tar.getmembers():
+            f = tar.extractfile(m)
+            assert f is not None
+            out[m.name] = f.read()
+        return out
+
+
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Route debug-run's temporary folder into tmp_path, so a test can see whether it was kept."""
+    d = tmp_path / "tmp"
+    d.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    return d
+
+
+def test_debug_run_demo_archive(tmp_path: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("API_TOKEN", "fake-token-1234")
+    monkeypatch.setenv("SOME_SETTING", "ghp_" + "Q7x" * 12)
+    out = tmp_path / "demo.tar.gz"
+    rc = debug_run.main(["--quiet", "--tidy", "--outfile", str(out), "--", sys.executable, "-u", str(DEMO)])
+    assert rc == 0
+    files = _members(out)
+    names = {n.split("/", 1)[1] for n in files}
+    assert {n.split("/", 1)[0] for n in files} == {"demo"}
+    assert {"output.txt", "env.txt", "versions.txt", "summary.txt"} <= names
+    assert list(private_tmp.iterdir()) == []  # --tidy removed the temporary folder
+
+    log = files["demo/output.txt"].decode()
+    order = ["step 0: batch 8", "step 0: done", "step 1: batch 8", "step 1: done", "step 2: batch 4"]
+    positions = [log.index(s) for s in order]
+    assert positions == sorted(positions), log
+
+    env = files["demo/env.txt"].decode()
+    assert "API_TOKEN=<redacted>\n" in env and "SOME_SETTING=<redacted>\n" in env
+    assert "XLA_SAVE_TENSORS_FMT=text\n" in env
+    assert not any(b"fake-token-1234" in data or b"Q7xQ7x" in data for data in files.values())
+
+    versions = files["demo/versions.txt"].decode()
+    for key in ("python:", "platform:", "torch: 2.", "jax: ", "jaxlib: ", "xlalab: "):
+        assert key in versions, key
+
+    summary = files["demo/summary.txt"].decode()
+    assert "result:    the command exited with code 0 after" in summary
+    if "graphs.txt.0" in names:
+        assert f"RECOMPILED at main ({DEMO}:" in summary, summary
+        assert "input shapes changed" in summary and "f32[8,4] -> f32[4,4]" in summary, summary
+    else:  # the graph dump is not in this xlalab: the summary must say so, not stay silent
+        assert "graphs (XLA_SAVE_TENSORS_FILE): MISSING" in summary
+
+
+INTERLEAVE = """
+import os, signal, sys
+for i in range(40):
+    (sys.stdout if i % 2 == 0 else sys.stderr).write(f"line {i} {'out' if i % 2 == 0 else 'err'}\\n")
+if len(sys.argv) > 1 and sys.argv[1] == "kill":
+    os.kill(os.getpid(), signal.SIGTERM)
+sys.exit(3)
+"""
+
+
+def test_debug_run_interleaves_and_propagates_exit_code(
+    tmp_path: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XLA_SAVE_TENSORS_FMT", "dot")  # debug-run needs text: it must say it replaced this
+    out = tmp_path / "x.tar.gz"
+    rc = debug_run.main(["--quiet", "--outfile", str(out), "--", sys.executable, "-u", "-c", INTERLEAVE])
+    assert rc == 3
+    files = _members(out)
+    expected = "".join(f"line {i} {'out' if i % 2 == 0 else 'err'}\n" for i in range(40))
+    assert files["x/output.txt"].decode() == expected
+    assert "result:    the command exited with code 3 after" in files["x/summary.txt"].decode()
+    assert "last 25 lines of output" in files["x/summary.txt"].decode()
+    replaced = [ln for ln in files["x/summary.txt"].decode().splitlines() if "(these replaced your " in ln]
+    assert len(replaced) == 1 and " XLA_SAVE_TENSORS_FMT=dot" in replaced[0]
+    kept = list(private_tmp.iterdir())  # without --tidy the folder stays, with the same files
+    assert len(kept) == 1 and (kept[0] / "output.txt").read_text() == expected
+
+    # Without -u too: debug-run sets PYTHONUNBUFFERED for the child. Killed by a signal: 128+N.
+    rc = debug_run.main(["--quiet", "--outfile", str(out), "--", sys.executable, "-c", INTERLEAVE, "kill"])
+    assert rc == 128 + signal.SIGTERM
+    files = _members(out)
+    assert files["x/output.txt"].decode() == expected
+    assert "the command was killed by SIGTERM (exit code 143)" in files["x/summary.txt"].decode()
+
+
+CTRL_C_CHILD = """
+import sys, time
+print("started", flush=True)
+try:
+    time.sleep(60)
+except KeyboardInterrupt:
+    print("child cleans up after Ctrl-C", file=sys.stderr, flush=True)
+    raise
+"""
+
+
+def test_debug_run_ctrl_c_keeps_the_childs_last_words(tmp_path: Path) -> None:
+    """Ctrl-C goes to the terminal's whole process group: debug-run and the child together."""
+    out = tmp_path / "int.tar.gz"
+    # debug_run imports only the standard library: load it by path, sparing a torch/jax import.
+    runner = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('dr', {str(Path(debug_run.__file__))!r})\n"
+        "m = importlib.util.module_from_spec(spec); sys.modules['dr'] = m; spec.loader.exec_module(m)\n"
+        "sys.exit(m.main(sys.argv[1:]))\n"
+    )
+    argv = [
+        sys.executable,
+        "-c",
+        runner,
+        "--tidy",
+        "--outfile",
+        str(out),
+        "--",
+        sys.executable,
+        "-c",
+        CTRL_C_CHILD,
+    ]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    log = _members(out)["int/output.txt"].decode()
+    assert "child cleans up after Ctrl-C" in log and log.rstrip().endswith("KeyboardInterrupt"), log
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--outfile", "{tmp}/x.tar.gz"], "no command to run"),
+        (["--outfile", "{tmp}/x.tar.gz", "--"], "no command to run"),
+        (
+            ["--outfile", "{tmp}/x.tar.gz", "--", "no-such-command-xyz"],
+            "command not found: no-such-command-xyz",
+        ),
+        (["--outfile", "{tmp}/missing/x.tar.gz", "--", "true"], "does not exist"),
+        (["--outfile", "{tmp}", "--", "true"], "is a directory"),
+    ],
+)
+def test_debug_run_errors(
+    args: list[str], message: str, tmp_path: Path, private_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = debug_run.main([a.replace("{tmp}", str(tmp_path)) for a in args])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("xlalab debug-run: error: ") and message in err, err
+    assert list(private_tmp.iterdir()) == []  # nothing started, nothing left behind
+
+
+def test_debug_run_unwritable_outfile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if os.access(ro, os.W_OK) and os.geteuid() == 0:
+            # root ignores the mode; /proc is a file system nobody can create files in.
+            target = "/proc/xlalab-debug-run.tar.gz"
+        else:
+            target = str(ro / "x.tar.gz")
+        rc = debug_run.main(["--outfile", target, "--", "true"])
+    finally:
+        ro.chmod(0o700)
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot write --outfile" in err, err
+
+
+# --------------------------------------------------------------------------- dump-stacks
+
+SLEEPER = f"""
+import importlib.util, threading, time
+# Loaded by path: importing xlalab would pull in torch and jax (seconds) for a stdlib module.
+spec = importlib.util.spec_from_file_location("xlalab_dump_stacks", {str(DUMP_STACKS_PY)!r})
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+if {{handler}}:
+    mod.install_signal_handler()
+
+def worker_sleeps():
+    time.sleep(60)
+
+def main_sleeps():
+    print("ready", flush=True)
+    time.sleep(60)
+
+threading.Thread(target=worker_sleeps, name="worker", daemon=True).start()
+main_sleeps()
+"""
+
+
+@contextlib.contextmanager
+def _sleeper(handler: bool = True) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLEEPER.replace("{handler}", str(handler))], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+        dump_stacks.stacks_file_for(proc.pid).unlink(missing_ok=True)
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[str]]:
+    with _sleeper() as proc:
+        yield proc
+
+
+def test_dump_stacks_via_signal(sleeper: subprocess.Popen[str], capsys: pytest.CaptureFixture[str]) -> None:
+    for _ in range(2):  # a second dump prints only the new text
+        assert dump_stacks.main([str(sleeper.pid), "--signal"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"# Python stacks of PID {sleeper.pid} ")
+        assert out.count("main_sleeps") == 1 and out.count("worker_sleeps") == 1, out
+    assert sleeper.poll() is None  # still running
+
+
+def test_signal_refused_without_handler(capsys: pytest.CaptureFixture[str]) -> None:
+    with _sleeper(handler=False) as proc:
+        assert dump_stacks.main([str(proc.pid), "--signal"]) == 1
+        err = capsys.readouterr().err
+        assert "has no handler for SIGUSR1; sending it would kill the process" in err
+        assert "install_signal_handler()" in err
+        assert proc.poll() is None  # and indeed it was not sent
+
+
+def _ptrace_tool_missing(method: str) -> str | None:
+    if method == "py-spy" and dump_stacks.find_py_spy() is None:
+        return "py-spy is not installed (pip install py-spy); dump-stacks then uses gdb or --signal"
+    if method == "gdb" and shutil.which("gdb") is None:
+        return "gdb is not installed (apt-get install gdb); dump-stacks then uses py-spy or --signal"
+    return None
+
+
+@pytest.mark.parametrize("method", ["py-spy", "gdb", "auto"])
+def test_dump_stacks_via_ptrace(
+    method: str, sleeper: subprocess.Popen[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = _ptrace_tool_missing(method)
+    if method == "auto" and _ptrace_tool_missing("py-spy") and _ptrace_tool_missing("gdb"):
+        missing = "neither py-spy nor gdb is installed; --signal (tested above) needs neither"
+    if missing:
+        pytest.skip(missing)
+    rc = dump_stacks.main([str(sleeper.pid), "--method", method])
+    out, err = capsys.readouterr()
+    if rc != 0 and "ptrace is not allowed" in err:
+        pytest.skip(f"this machine forbids ptrace to our own child, as the tool explains: {err.strip()}")
+    assert rc == 0, err
+    assert "main_sleeps" in out and "worker_sleeps" in out and "worker" in out, out
+    assert sleeper.poll() is None
+
+
+def _pid_max() -> int:
+    try:
+        return int(Path("/proc/sys/kernel/pid_max").read_text())
+    except OSError:
+        return 4194304
+
+
+@pytest.mark.parametrize("extra", [[], ["--signal"]])
+def test_dump_stacks_missing_pid(extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    pid = _pid_max() + 1  # above pid_max: no process can have it
+    assert dump_stacks.main([str(pid), *extra]) == 1
+    err = capsys.readouterr().err
+    assert f"xlalab dump-stacks: no process with PID {pid}: it has exited, or the id is wrong" in err
+    assert "ps aux | grep python" in err
+
+
+def test_dump_stacks_not_python(capsys: pytest.CaptureFixture[str]) -> None:
+    sleep = shutil.which("sleep")
+    if sleep is None:
+        pytest.skip("no `sleep` binary to stand in for a non-Python process")
+    proc = subprocess.Popen([sleep, "30"])
+    try:
+        assert dump_stacks.main([str(proc.pid)]) == 1
+        assert "is not a Python process" in capsys.readouterr().err
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("scope", "expected"),
+    [
+        ("1\n", "echo 0 > /proc/sys/kernel/yama/ptrace_scope"),
+        ("2\n", "only root (CAP_SYS_PTRACE) may attach"),
+        ("3\n", "disabled for everyone until the next reboot"),
+        (None, "Yama is not active here"),
+    ],
+)
+def test_ptrace_help(
+    scope: str | None, expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    yama = tmp_path / "ptrace_scope"
+    if scope is not None:
+        yama.write_text(scope)
+    monkeypatch.setattr(dump_stacks, "YAMA", yama)
+    text = dump_stacks.ptrace_help(123, "gdb: ptrace: Operation not permitted.")
+    assert text.startswith("ptrace is not allowed to attach to PID 123: gdb: ptrace: Operation not permitted")
+    assert expected in text
+    assert "xlalab dump-stacks PID --signal" in text  # the way out that needs no ptrace
+
+
+def _as_nobody() -> list[str] | None:
+    """A command prefix that runs a stdlib-only Python as user nobody, or None when we cannot."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        return None
+    prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    for python in dict.fromkeys([sys.executable, "/usr/bin/python3"]):
+        probe = subprocess.run(
+            [*prefix, python, "-c", f"open({str(DUMP_STACKS_PY)!r}).close()"], capture_output=True, timeout=30
+        )
+        if probe.returncode == 0:
+            return [*prefix, python]
+    return None
+
+
+def test_ptrace_refused_is_explained(sleeper: subprocess.Popen[str]) -> None:
+    """As an unprivileged user, attaching to root's process fails; the message says what to do."""
+    nobody = _as_nobody()
+    if nobody is None:
+        pytest.skip("needs root, setpriv and a python that user nobody can run, to provoke a ptrace refusal")
+    if _ptrace_tool_missing("py-spy") and _ptrace_tool_missing("gdb"):
+        pytest.skip("neither py-spy nor gdb is installed: there is no ptrace attempt to refuse")
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('ds', {str(DUMP_STACKS_PY)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        f"sys.exit(m.main([{str(sleeper.pid)!r}]))\n"
+    )
+    path = os.pathsep.join(
+        p for p in (os.path.dirname(dump_stacks.find_py_spy() or ""), "/usr/bin", "/bin") if p
+    )
+    proc = subprocess.run(
+        [*nobody, "-c", code], capture_output=True, text=True, timeout=60, env={"PATH": path}
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert f"ptrace is not allowed to attach to PID {sleeper.pid}" in proc.stderr
+    assert "xlalab dump-stacks PID --signal" in proc.stderr
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def test_cli_help(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, words in (
+        (["--help"], ["debug-run", "dump-stacks"]),
+        (["debug-run", "--help"], ["--outfile", "--tidy", "python -u", "TOKEN, KEY, SECRET"]),
+        (["dump-stacks", "--help"], ["--signal", "install_signal_handler", "ptrace_scope"]),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(argv)
+        assert exc.value.code == 0
+        out = capsys.readouterr().out
+        for w in words:
+            assert w in out, (argv, w)
+    assert cli.main([]) == 2
+
+
+def test_cli_dispatches_and_modules_run_as_main(
+    tmp_path: Path, private_tmp: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "c.tar.gz"
+    assert cli.main(["debug-run", "--quiet", "--outfile", str(out), "--", sys.executable, "-c", "pass"]) == 0
+    assert out.exists()
+    pid = str(_pid_max() + 1)
+    assert cli.main(["dump-stacks", pid]) == 1
+    # `python -m xlalab.tools.dump_stacks` / `.debug_run`: the same mains behind `if __name__ == ...`.
+    for module, argv in (
+        ("xlalab.tools.dump_stacks", [pid]),
+        ("xlalab.tools.debug_run", ["--outfile", str(out)]),
+    ):
+        monkeypatch.setattr(sys, "argv", [module, *argv])
+        with pytest.warns(RuntimeWarning, match="found in sys.modules"), pytest.raises(SystemExit) as exc:
+            runpy.run_module(module, run_name="__main__")
+        assert exc.value.code in (1, 2)
+    err = capsys.readouterr().err
+    assert "no process with PID" in err and "no command to run" in err
+
+
+def test_console_script_declared() -> None:
+    # A regex, not tomllib: the project supports Python 3.10, which has no tomllib.
+    scripts = re.search(
+        r"^\[project\.scripts\]\n(?P<body>(?:[^\[\n].*\n?)*)", (REPO / "pyproject.toml").read_text(), re.M
+    )
+    assert scripts is not None and 'xlalab = "xlalab.tools.cli:main"' in scripts["body"]
+    eps = [ep for ep in importlib.metadata.entry_points(group="console_scripts") if ep.name == "xlalab"]
+    if eps:  # installed (pip install -e .): the entry point resolves to the same function
+        assert eps[0].load() is cli.main

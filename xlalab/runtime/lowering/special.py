@@ -1,0 +1,194 @@
+"""Handlers for in-place ops that the runtime's generic in-place path gets wrong.
+
+**In-place view ops** (``squeeze_``, ``unsqueeze_``, ``t_``, ``transpose_``, ``as_strided_``)
+change the *metadata* of ``self`` (its shape), not its values. The runtime's generic
+in-place path records the functional op and writes the result back into ``self``, which
+refuses a result of another shape; ``torch.matmul`` of a vector, ``quantile`` and friends
+call ``squeeze_``/``unsqueeze_`` on temporaries, so they errored.
+
+Here ``self`` becomes the view instead: it is re-pointed at a view over its own storage
+(the mechanism ``out=`` uses to resize an output), so later writes through ``self`` still
+reach the base, as in eager PyTorch.
+
+**Resizing** (``resize_``, ``resize_as_``) re-points ``self`` at its elements in the new
+shape.
+
+**In-place ops whose functional twin is not found by name** (``pow_.Scalar`` is
+``pow.Tensor_Scalar`` in place, not ``pow.Scalar``): recorded as that twin and written back.
+
+The handlers are entries of the runtime's table of special ops (``tensor._SPECIAL``),
+registered at import, before any op is resolved.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch._ops import OpOverload
+
+from .. import tensor as rt
+
+aten = torch.ops.aten
+
+INPLACE_VIEWS: dict[OpOverload, OpOverload] = {
+    aten.squeeze_.default: aten.squeeze.default,
+    aten.squeeze_.dim: aten.squeeze.dim,
+    aten.squeeze_.dims: aten.squeeze.dims,
+    aten.unsqueeze_.default: aten.unsqueeze.default,
+    aten.t_.default: aten.t.default,
+    aten.transpose_.default: aten.transpose.int,
+    aten.as_strided_.default: aten.as_strided.default,
+}
+
+
+def _inplace_view(view: OpOverload) -> rt.Handler:
+    def handler(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self = args[0]
+        new = rt._view(view, args, kwargs)
+        torch._C.TensorBase.data.__set__(self, new)  # type: ignore[attr-defined]
+        self._st, self._chain, self._vcache = new._st, new._chain, new._vcache
+        rt.metrics.count(rt.info(func).counter)
+        return self
+
+    return handler
+
+
+# In-place overload -> its functional twin, where matching by overload name fails.
+INPLACE_TWINS: dict[OpOverload, OpOverload] = {
+    aten.pow_.Scalar: aten.pow.Tensor_Scalar,
+    aten.pow_.Tensor: aten.pow.Tensor_Tensor,
+    aten.float_power_.Scalar: aten.float_power.Tensor_Scalar,
+    aten.float_power_.Tensor: aten.float_power.Tensor_Tensor,
+    aten.floor_divide_.Tensor: aten.floor_divide.default,
+}
+
+
+def _resize_(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``resize_``/``resize_as_``: ``self`` takes the new shape over its elements in order
+    (new trailing elements are zeros; eager leaves them uninitialized)."""
+    self = args[0]
+    size = tuple(args[1].shape) if func is aten.resize_as_.default else tuple(args[1])
+    n = math.prod(size)
+    flat = self.detach().reshape(-1)
+    if n <= flat.numel():
+        new = flat[:n].reshape(size).clone()
+    else:
+        new = torch.cat([flat, flat.new_zeros(n - flat.numel())]).reshape(size)
+    torch._C.TensorBase.data.__set__(self, new)  # type: ignore[attr-defined]
+    self._st, self._chain, self._vcache = new._st, new._chain, new._vcache
+    rt.metrics.count(rt.info(func).counter)
+    return self
+
+
+def _compatible_shallow_copy_type(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    # Asked by ``set_data`` (re-pointing a tensor, as above and for out= resizing): two xla
+    # tensors are compatible. Answered here, not by the CPU fallback, which would sync both.
+    return isinstance(args[0], rt.XlaTensor) and isinstance(args[1], rt.XlaTensor)
+
+
+for _inplace, _view in INPLACE_VIEWS.items():
+    rt._SPECIAL[_inplace] = _inplace_view(_view)
+for _inplace, _functional in INPLACE_TWINS.items():
+    rt._SPECIAL[_inplace] = rt._inplace(_functional)
+rt._SPECIAL[aten.resize_.default] = _resize_
+rt._SPECIAL[aten.resize_as_.default] = _resize_
+rt._SPECIAL[aten._has_compatible_shallow_copy_type.default] = _compatible_shallow_copy_type
+
+
+# --- variants sent to the CPU fallback ----------------------------------------------------
+#
+# ``unfold`` of a 0-d tensor: the view lowering (views.py) gives shape (1, 1) where torch says
+# (1,). Rare enough to run eagerly until the view rule handles it.
+rt.FALLBACK_IF[aten.unfold.default] = lambda args: args[0].dim() == 0
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _half_lerp_with_float_weight(args: tuple[Any, ...]) -> bool:
+    # A float Scalar reaches a half op's lowering already rounded to the half dtype (the
+    # graph casts scalar inputs to the op's dtype), while torch interpolates with the exact
+    # weight in float32: near ``start == end`` the results differ far beyond rounding.
+    # Until scalars of half ops are fed as float32, such lerps run eagerly.
+    return args[0].dtype in _HALF and len(args) > 2 and isinstance(args[2], float)
+
+
+rt.FALLBACK_IF[aten.lerp.Scalar] = _half_lerp_with_float_weight
+rt.FALLBACK_IF[aten.lerp_.Scalar] = _half_lerp_with_float_weight
+
+
+# --- composite ops that reach the Python key ------------------------------------------------
+#
+# A CompositeImplicitAutograd op (``reshape``, ``softmax.int``, ``broadcast_tensors``,
+# ``to``, ``flatten``...) normally decomposes above autograd and never reaches xlalab. Called
+# from *inside* a dispatch (by a decomposition the runtime runs, or by a C++ kernel), it
+# does reach ``__torch_dispatch__``, and with no lowering it went to the CPU fallback: a sync
+# and a transfer for what is a view or a handful of lowered ops. Run its own decomposition
+# instead, as eager would. Ops with a lowering or another handler keep theirs.
+
+
+def _decompose(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    out = func.decompose(*args, **kwargs)
+    return rt.fallback(func, args, kwargs) if out is NotImplemented else out
+
+
+def _implicit_ops() -> list[OpOverload]:
+    ops = []
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::"):
+            continue
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd"):
+            continue
+        base, _, overload = name[len("aten::") :].partition(".")
+        packet = getattr(aten, base, None)
+        op = getattr(packet, overload or "default", None) if packet is not None else None
+        if isinstance(op, OpOverload):
+            ops.append(op)
+    return ops
+
+
+def _register_implicit() -> None:
+    taken = set(rt._SPECIAL) | set(rt.LOWERINGS) | rt.VIEW_OPS | rt.RANDOM_OPS
+    for op in _implicit_ops():
+        if op not in taken:
+            rt._SPECIAL[op] = _decompose
+
+
+# --- PrivateUse1 kernels: calls that torch routes below the Python key ----------------------
+#
+# Building a tensor from Python data for an xla tensor (``x[[1, 2]]``'s index list) runs
+# ``_to_copy`` with the Python key excluded, so its ``copy_`` reaches ``aten::_copy_from`` on
+# PrivateUse1, where the generic boxed fallback trips an internal assert in torch. A kernel of
+# its own does the copy the way the runtime does. (Belongs beside the device's factories in
+# device.py; registered only where nothing else registered one.)
+
+_COPY_LIB: torch.library.Library | None = None
+
+
+def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    return rt._copy_(aten.copy_.default, (dst, src), {})
+
+
+def _efficientzerotensor(
+    size: list[int],
+    *,
+    dtype: torch.dtype | None = None,
+    layout: Any = None,
+    device: Any = None,
+    pin_memory: Any = None,
+) -> torch.Tensor:
+    # Autograd's zero gradients (sgn/abs of real inputs...). The CPU fallback would build a
+    # ZeroTensor on the host, which cannot be sent over; plain zeros on the device are the
+    # same values.
+    return torch.zeros(size, dtype=dtype, device=device)
+
+
+_PRIVATEUSE1_KERNELS = {"_copy_from": _copy_from, "_efficientzerotensor": _efficientzerotensor}
+for _name, _kernel in _PRIVATEUSE1_KERNELS.items():
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{_name}", "PrivateUse1"):
+        if _COPY_LIB is None:
+            _COPY_LIB = torch.library.Library("aten", "IMPL")
+        _COPY_LIB.impl(_name, _kernel, "PrivateUse1")
+
+_register_implicit()
