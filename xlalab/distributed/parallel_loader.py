@@ -205,6 +205,11 @@ class PerDeviceLoader:
         self._queue = loader._queues[str(device)]
         self._index = 0
         self._finished = False
+        self._owns_loader = False
+
+    def __del__(self) -> None:
+        if self._owns_loader:
+            self._loader._closed.set()  # the background thread stops at its next put
 
     def __iter__(self) -> Iterator[Any]:
         return self
@@ -242,7 +247,11 @@ class MpDeviceLoader:
         self._kwargs = kwargs
 
     def __iter__(self) -> Iterator[Any]:
-        return ParallelLoader(self._loader, [self._device], **self._kwargs).per_device_loader(self._device)
+        per_device = ParallelLoader(self._loader, [self._device], **self._kwargs).per_device_loader(
+            self._device
+        )
+        per_device._owns_loader = True  # a loop that stops early must not leave the thread waiting
+        return per_device
 
     def __len__(self) -> int:
         return len(self._loader)  # type: ignore[arg-type]

@@ -192,6 +192,11 @@ def install() -> None:
             "PrivateUse1",
         )
     _libs.extend([fallback_lib, aten_lib])
+    # Backward on xla tensors runs on the calling thread, as torch does for its own lazy device:
+    # recording is GIL-bound, so autograd's per-device worker threads only add hand-offs, and
+    # torch's Python device guard cannot tell the engine about more than one device (backward on
+    # xla:1 would trip an internal assert). The setting is thread-local: replica threads set it too.
+    torch._C._set_multithreading_enabled(False)
     _patch_tensor_constructors()
 
 

@@ -229,7 +229,8 @@ def _refuse_collectives(graph: Graph) -> None:
         raise LoweringError(
             f"this graph ({len(graph.nodes)} nodes) holds a collective across {width} replicas, so it can "
             "only run in a replicated step, where every replica reaches the barrier (mark_step, "
-            "optimizer_step or a read of the value) inside DataParallel; it was synced outside one."
+            "optimizer_step or a read of the value) inside DataParallel; it was synced outside one, or "
+            "it is the unfinished value left by a replicated step that failed."
         )
 
 
@@ -287,7 +288,7 @@ def _failure(graph: Graph, what: str, error: Exception, lowered: Any = None) -> 
     return LoweringError(message)
 
 
-def compile_graph(graph: Graph, datas: list[Any], scalars: Any) -> Program:
+def compile_graph(graph: Graph, datas: list[Any], scalars: Any, reason: str = "") -> Program:
     t0 = time.perf_counter_ns()
     fn = build_function(graph)
     lowered = None
@@ -304,6 +305,7 @@ def compile_graph(graph: Graph, datas: list[Any], scalars: Any) -> Program:
         events.publish(
             events.CompileEvent(
                 graph=graph,
+                reason=reason,
                 graph_hash=graph.hash,
                 num_nodes=len(graph.nodes),
                 seconds=dt / 1e9,
@@ -324,6 +326,11 @@ def _trace_settings() -> tuple[Any, ...]:
         torch.get_float32_matmul_precision(),
         torch.backends.cudnn.allow_tf32,
         config.get("XLA_HLO_DEBUG"),
+        # The precision switches change the device dtypes of data leaves and results: a program
+        # traced for float32 leaves must not be reused for bfloat16 ones.
+        config.get("XLA_USE_BF16"),
+        config.get("XLA_USE_F16"),
+        config.get("XLA_USE_32BIT_LONG"),
     )
 
 
@@ -418,7 +425,7 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
             device,
             len(graph.nodes),
         )
-        prog = CACHE[key] = compile_graph(graph, datas, scalars)
+        prog = CACHE[key] = compile_graph(graph, datas, scalars, reason)
     else:
         metrics.count("CachedCompile")
         if events.listening():
@@ -451,6 +458,7 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
         )
         events.publish(
             events.SyncEvent(
+                device=f"xla:{graph.key[-1]}",
                 graph=graph,
                 reason=reason,
                 num_tensors=len(roots),
@@ -487,6 +495,9 @@ def sync(reason: str = "mark_step", device: int | None = None) -> None:
         for st, array in zip(group, arrays):
             st.node = ir.data(array, st.node.shape, st.node.dtype, dev)
     forget_pending(storages)
+    if not by_device and events.listening():
+        # A barrier with nothing pending still marks a step for debuggers that count steps.
+        events.publish(events.SyncEvent(reason=reason, num_tensors=0, frames=user_frames()))
 
 
 def materialize(nodes: Sequence[Node], storages: Sequence[Any], reason: str) -> list[Any]:

@@ -265,6 +265,19 @@ class ReplicaGroup:
                 for d in self.devices:
                     _OWNED.pop(d, None)
                 self._active = set()
+                if self._broken is not None:
+                    self._drop_stranded()
+
+    def _drop_stranded(self) -> None:
+        """After a failed session: pending graphs whose collectives lost their partners can never
+        run. Take them out of the pending set so they do not fail every later sync; a tensor
+        that still needs one says so (graph.execute refuses it) when it is used."""
+        from .tensor import pending_storages
+
+        for d in self.devices:
+            storages = pending_storages(d)
+            if storages and graph.collective_width(graph.linearize([st.node for st in storages])) > 1:
+                forget(storages)
 
     def run(self, fn: Callable[[Replica], Any], name: str = "replica") -> list[Any]:
         """``fn(replica)`` once per replica, each in its own thread (torch_xla's design); the
@@ -281,7 +294,7 @@ class ReplicaGroup:
                     results[index] = fn(replica)
                     # What the replica left pending (with its collectives) runs while every
                     # replica is still in the group.
-                    replica.sync("replica_exit")
+                    self.barrier(replica, "exit", "replica_exit")
             except BaseException as e:
                 error = errors[index] = e
             finally:
@@ -351,7 +364,9 @@ class ReplicaGroup:
             return f"mesh_reduce/rendezvous({payload[0]!r})"
         if kind == "materialize":
             return f"a read of a value ({payload[2]})"
-        return str(payload) if kind == "sync" else kind
+        if kind == "exit":
+            return "the end of its loop"
+        return str(payload)  # a sync: its reason (mark_step, ...)
 
     def _complete(self, leader: int) -> None:
         arrived, self._arrived = self._arrived, {}
@@ -366,12 +381,13 @@ class ReplicaGroup:
                     for i, req in sorted(arrived.items())
                 )
                 raise ReplicaError(
-                    f"the replicas diverged: {where}. Every replica must reach the same barriers in the "
-                    "same order."
+                    f"the replicas diverged: {where}. Every replica must reach the same barriers "
+                    "(mark_step/optimizer_step, mesh_reduce, reads of values that depend on a collective) "
+                    "in the same order, and run the same number of steps."
                 )
             kind = next(iter(arrived.values()))[0]
             payloads = {i: p for i, (_, p) in arrived.items()}
-            if kind == "sync":
+            if kind in ("sync", "exit"):
                 self._sync(payloads)
             elif kind == "materialize":
                 outcome.results = self._materialize(payloads)
@@ -479,6 +495,7 @@ class SpmdProgram:
     zero_in: tuple[bool, ...]
     zero_out: tuple[bool, ...]
     executions: int = 0
+    shard_order: tuple[int, ...] | None = None  # replica of each output shard, in shard order
 
     def hlo(self) -> str:
         """The compiled program's HLO text (after XLA's passes): the all-reduces are in it."""
@@ -562,7 +579,7 @@ def execute(
         raise graph._failure(first, "Executing replicated", e) from e
     dt = time.perf_counter_ns() - t0
     prog.executions += 1
-    per_replica = _split(group, outs, prog.zero_out, len(graphs))
+    per_replica = _split(prog, group, outs, len(graphs))
     metrics.record("ExecuteReplicatedTime", dt)
     metrics.count("ExecuteReplicated")
     metrics.count("ExecuteComputation", len(devices))
@@ -661,15 +678,23 @@ def _compile(
     return prog
 
 
-def _split(group: ReplicaGroup, outs: Sequence[Any], zero_out: tuple[bool, ...], n: int) -> list[list[Any]]:
+def _split(prog: SpmdProgram, group: ReplicaGroup, outs: Sequence[Any], n: int) -> list[list[Any]]:
     """Each output's shards, handed back to the replicas whose devices hold them."""
     per_replica: list[list[Any]] = [[None] * len(outs) for _ in range(n)]
-    local_of = group.local_of
-    for j, out in enumerate(outs):
-        zero = zero_out[j]
-        for shard in out.addressable_shards:
-            array = shard.data
-            per_replica[local_of[shard.device]][j] = array.reshape(()) if zero else array
+    if not outs:
+        return per_replica
+    if prog.shard_order is None:
+        # Every output of one program lays its shards out in the same device order.
+        prog.shard_order = tuple(group.local_of[s.device] for s in outs[0].addressable_shards)
+    order = prog.shard_order
+    for j, (out, zero) in enumerate(zip(outs, prog.zero_out)):
+        # ``_arrays`` are the shards' own single-device arrays, in that order: a quarter of the cost
+        # of building ``addressable_shards`` for every output of every step.
+        arrays = getattr(out, "_arrays", None)
+        if arrays is None:
+            arrays = [s.data for s in out.addressable_shards]
+        for r, array in zip(order, arrays):
+            per_replica[r][j] = array.reshape(()) if zero else array
     return per_replica
 
 
