@@ -283,8 +283,8 @@ def test_debug_run_interleaves_and_propagates_exit_code(
 
 CTRL_C_CHILD = """
 import sys, time
-print("started", flush=True)
 try:
+    print("started", flush=True)  # inside the try: the test interrupts as soon as it sees this
     time.sleep(60)
 except KeyboardInterrupt:
     print("child cleans up after Ctrl-C", file=sys.stderr, flush=True)
