@@ -120,7 +120,8 @@ def skeleton(text: str) -> list[str]:
     for line in text.splitlines():
         if not (_HEAD.match(line) or " Analysis: " in line or line.startswith("Computation hash")):
             continue
-        line = re.sub(r"[0-9a-f]{16,}", "<hash>", line)
+        # Hashes print without leading zeros (as torch_xla's do), so any long hex run is one.
+        line = re.sub(r"(?<=Hash: )[0-9a-f]+$|(?<=hash: )[0-9a-f]+$|[0-9a-f]{16,}", "<hash>", line)
         line = re.sub(r"\d+\.\d{6} GB", "<n> GB", line)
         line = re.sub(r": \d+$", ": <n>", line)
         line = re.sub(r"^(.* Analysis: )  \S+ \(.+:\d+\)$", r"\1  <frame>", line)
