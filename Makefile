@@ -33,3 +33,8 @@ bench: install
 
 clean:
 	rm -rf $(STAMP) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+# Every OpInfo in PyTorch's op_db, lazy against eager (20-40 min on 2 cores): docs/op-coverage.md.
+.PHONY: coverage
+coverage: install
+	$(PYTHON) -m xlalab.testing.opinfo_sweep --out docs/op-coverage.md

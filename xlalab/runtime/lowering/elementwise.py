@@ -12,6 +12,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special as jsp
 import torch
 from jax import lax
 
@@ -400,6 +401,7 @@ _UNARY: dict[Any, Any] = {
     aten.signbit.default: jnp.signbit,
     aten.positive.default: lambda x: x,
     aten.conj_physical.default: jnp.conj,
+    aten._conj_physical.default: jnp.conj,
 }
 
 
@@ -562,3 +564,41 @@ def _complex(real: Array, imag: Array) -> Array:
 @lowering(aten.polar.default)
 def _polar(abs: Array, angle: Array) -> Array:
     return _complex(abs * jnp.cos(angle), abs * jnp.sin(angle))
+
+
+# --- special functions (jax.scipy.special) ------------------------------------------------
+# polygamma and zeta stay on the CPU: JAX's disagree with torch's (cephes) for negative
+# arguments and at the poles.
+
+_SPECIAL_UNARY: dict[Any, Any] = {
+    aten.i0.default: jsp.i0,
+    aten.special_i0e.default: jsp.i0e,
+    aten.special_i1.default: jsp.i1,
+    aten.special_i1e.default: jsp.i1e,
+    aten.special_erfcx.default: jsp.erfcx,
+    aten.special_ndtri.default: jsp.ndtri,
+    aten.special_ndtr.default: jsp.ndtr,
+    aten.special_log_ndtr.default: jsp.log_ndtr,
+}
+for _op, _fn in _SPECIAL_UNARY.items():
+    lowering(_op)(_float_unary(_fn))
+
+
+@lowering(aten.igamma.default)
+def _igamma(x: Array, other: Array) -> Array:
+    return jsp.gammainc(compute_float(x), compute_float(other))
+
+
+@lowering(aten.igammac.default)
+def _igammac(x: Array, other: Array) -> Array:
+    return jsp.gammaincc(compute_float(x), compute_float(other))
+
+
+@lowering(aten.gcd.default)
+def _gcd(x: Array, other: Array) -> Array:
+    return jnp.gcd(x, other)
+
+
+@lowering(aten.lcm.default)
+def _lcm(x: Array, other: Array) -> Array:
+    return jnp.lcm(x, other)

@@ -367,6 +367,82 @@ def _adaptive_avg_pool2d_backward(grad_output: Array, x: Array) -> Array:
     return pullback(grad_output.astype(out.dtype))[0]
 
 
+def _adaptive_windows(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
+    """(out, kmax) input positions of each adaptive window, and which of them are real
+    (windows differ in length: the short ones repeat their last position, masked off)."""
+    starts = [(i * size) // out for i in range(out)]
+    ends = [-(-((i + 1) * size) // out) for i in range(out)]
+    kmax = max(e - s for s, e in zip(starts, ends))
+    offsets = np.arange(kmax)
+    idx = np.minimum(np.asarray(starts)[:, None] + offsets, np.asarray(ends)[:, None] - 1)
+    valid = offsets[None, :] < (np.asarray(ends) - np.asarray(starts))[:, None]
+    return idx.astype(np.int64), valid
+
+
+def adaptive_max_pool(x: Array, output_size: Sequence[int]) -> tuple[Array, Array]:
+    """Adaptive max pooling over the last ``len(output_size)`` dims: values and torch's
+    indices (flat positions within each spatial plane/volume), first maximum winning."""
+    nd = len(output_size)
+    lead, spatial = x.shape[:-nd], x.shape[-nd:]
+    windows = [_adaptive_windows(n, o) for n, o in zip(spatial, output_size, strict=True)]
+    vals = x
+    for a, (idx, _) in enumerate(windows):
+        axis = len(lead) + 2 * a
+        taken = jnp.take(vals, jnp.asarray(idx.reshape(-1)), axis=axis)
+        vals = taken.reshape(vals.shape[:axis] + idx.shape + vals.shape[axis + 1 :])
+    # (..., o1, k1, o2, k2, ...) -> (..., o1, o2, ..., k1 * k2 * ...)
+    perm = (
+        list(range(len(lead)))
+        + [len(lead) + 2 * a for a in range(nd)]
+        + [len(lead) + 2 * a + 1 for a in range(nd)]
+    )
+    vals = jnp.transpose(vals, perm)
+    ks = tuple(w[0].shape[1] for w in windows)
+    valid = np.ones((), bool)
+    for a, (_, v) in enumerate(windows):
+        shape = [1] * (2 * nd)
+        shape[a], shape[nd + a] = v.shape
+        valid = valid & v.reshape(shape)
+    vals = jnp.where(jnp.asarray(valid), vals, jnp.asarray(_lowest(x.dtype), x.dtype))
+    flat = vals.reshape(*vals.shape[: len(lead) + nd], -1)
+    which = jnp.argmax(flat, axis=-1)
+    values = jnp.max(flat, axis=-1)
+    index = jnp.zeros(which.shape, jnp.int64)
+    stride = 1
+    for a in reversed(range(nd)):
+        k = jnp.unravel_index(which, ks)[a]
+        o = lax.broadcasted_iota(jnp.int64, which.shape, len(lead) + a)
+        pos = jnp.asarray(windows[a][0])[o, k]
+        index = index + pos * stride
+        stride *= spatial[a]
+    return values, index
+
+
+def _adaptive_max_backward(grad_output: Array, x: Array, indices: Array, nd: int) -> Array:
+    lead, spatial = x.shape[:-nd], x.shape[-nd:]
+    rows = math.prod(lead)
+    g = grad_output.reshape(rows, -1)
+    idx = indices.reshape(rows, -1)
+    out = jnp.zeros((rows, math.prod(spatial)), compute_float(g).dtype)
+    out = out.at[jnp.arange(rows)[:, None], idx].add(compute_float(g))
+    return out.reshape(x.shape).astype(grad_output.dtype)
+
+
+@lowering(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
+def _adaptive_max_pool(x: Array, output_size: Sequence[int]) -> tuple[Array, Array]:
+    return adaptive_max_pool(x, tuple(output_size))
+
+
+@lowering(aten.adaptive_max_pool2d_backward.default)
+def _adaptive_max_pool2d_backward(grad_output: Array, x: Array, indices: Array) -> Array:
+    return _adaptive_max_backward(grad_output, x, indices, 2)
+
+
+@lowering(aten.adaptive_max_pool3d_backward.default)
+def _adaptive_max_pool3d_backward(grad_output: Array, x: Array, indices: Array) -> Array:
+    return _adaptive_max_backward(grad_output, x, indices, 3)
+
+
 # --- batch / layer / group norm -------------------------------------------------------
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import torch
+from jax import lax
 
 from xlalab.runtime.dtypes import to_jnp
 from xlalab.runtime.lowering.elementwise import Scalar, compute_float, is_integral
@@ -282,3 +283,32 @@ def _cumsum(x: Array, dim: int, dtype: torch.dtype | None = None) -> Array:
 def _cumprod(x: Array, dim: int, dtype: torch.dtype | None = None) -> Array:
     x = _accumulate_as(x, dtype)
     return x if x.ndim == 0 else jnp.cumprod(x, axis=dim)
+
+
+def _cumulative_extreme(x: Array, dim: int, better: Callable[[Array, Array], Array]) -> tuple[Array, Array]:
+    """cummax/cummin: running extreme and the index where it was last reached (torch keeps
+    the later index on ties, and a NaN, once seen, wins from there on)."""
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    dim = dim % x.ndim
+    index = lax.broadcasted_iota(jnp.int64, x.shape, dim)
+
+    def combine(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, Array]:
+        (va, ia), (vb, ib) = a, b
+        if jnp.issubdtype(va.dtype, jnp.floating):
+            take_b = jnp.isnan(vb) | (~jnp.isnan(va) & better(vb, va))
+        else:
+            take_b = better(vb, va)
+        return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
+
+    return lax.associative_scan(combine, (x, index), axis=dim)
+
+
+@lowering(aten.cummax.default)
+def _cummax(x: Array, dim: int) -> tuple[Array, Array]:
+    return _cumulative_extreme(x, dim, lambda b, a: b >= a)
+
+
+@lowering(aten.cummin.default)
+def _cummin(x: Array, dim: int) -> tuple[Array, Array]:
+    return _cumulative_extreme(x, dim, lambda b, a: b <= a)

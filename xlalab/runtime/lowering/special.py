@@ -1,4 +1,10 @@
-"""Handlers for in-place ops that the runtime's generic in-place path gets wrong.
+"""Entries of the runtime's handler tables that are not lowerings.
+
+Sections, each explained where it is registered: in-place view ops, resizing, in-place ops
+with a differently named functional twin, variants sent to the CPU fallback
+(``tensor.FALLBACK_IF``), bias-free LSTM cells, CompositeImplicitAutograd ops that reach
+the Python key (run their own decomposition instead of the CPU fallback), and PrivateUse1
+kernels for calls torch routes below the Python key.
 
 **In-place view ops** (``squeeze_``, ``unsqueeze_``, ``t_``, ``transpose_``, ``as_strided_``)
 change the *metadata* of ``self`` (its shape), not its values. The runtime's generic
@@ -116,6 +122,28 @@ def _half_lerp_with_float_weight(args: tuple[Any, ...]) -> bool:
 
 rt.FALLBACK_IF[aten.lerp.Scalar] = _half_lerp_with_float_weight
 rt.FALLBACK_IF[aten.lerp_.Scalar] = _half_lerp_with_float_weight
+
+
+# --- LSTM cells without biases -------------------------------------------------------------
+#
+# torch's meta kernel of ``_thnn_fused_lstm_cell`` dereferences the optional biases, so a
+# bias-free ``nn.LSTMCell`` found no output shape and went to the CPU fallback, where the op
+# has no kernel at all. Zero biases give the same values (autograd, above this handler, still
+# sees no biases, and its backward asks for no bias gradient).
+
+
+def _lstm_cell(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    names = ("input_gates", "hidden_gates", "cx", "input_bias", "hidden_bias")
+    full = dict(zip(names, args))
+    full.update(kwargs)
+    if full.get("input_bias") is None or full.get("hidden_bias") is None:
+        zeros = full["input_gates"].new_zeros(full["input_gates"].shape[1:])
+        full["input_bias"] = zeros if full.get("input_bias") is None else full["input_bias"]
+        full["hidden_bias"] = zeros if full.get("hidden_bias") is None else full["hidden_bias"]
+    return rt._lowered(func, tuple(full[n] for n in names), {})
+
+
+rt._SPECIAL[aten._thnn_fused_lstm_cell.default] = _lstm_cell
 
 
 # --- composite ops that reach the Python key ------------------------------------------------
