@@ -843,7 +843,7 @@ def _recording_cases(dev: Any) -> dict[str, Callable[[], Any]]:
     }
 
 
-def recording_costs(calls: int = 300) -> dict[str, float]:
+def recording_costs(calls: int = 300) -> dict[str, float | str]:
     """Mean recording time per call (microseconds) of each representative op: the
     dispatch-to-IR cost with a warm shape cache, no compile or execution."""
     import xlalab
@@ -851,10 +851,15 @@ def recording_costs(calls: int = 300) -> dict[str, float]:
     from xlalab.runtime.device import xla_device
 
     dev = xla_device()
-    out: dict[str, float] = {}
+    out: dict[str, float | str] = {}
     for name, fn in _recording_cases(dev).items():
         xlalab.mark_step()
-        fn()  # warm the meta cache and the handler
+        try:
+            fn()  # warm the meta cache and the handler
+        except Exception as e:
+            out[name] = f"error: {_describe(e)}"
+            settle()
+            continue
         tensor._TRACING.clear()
         best = math.inf
         for _ in range(3):
@@ -885,7 +890,10 @@ def _versions() -> str:
 
 
 def report(
-    results: list[OpResult], seconds: float, args: argparse.Namespace, costs: dict[str, float] | None = None
+    results: list[OpResult],
+    seconds: float,
+    args: argparse.Namespace,
+    costs: dict[str, float | str] | None = None,
 ) -> str:
     counts = Counter(r.cls for r in results)
     grad_counts = Counter(r.grad for r in results if r.grad != "n/a")
