@@ -140,3 +140,18 @@ def test_torch_save_of_xla_tensors_loads_back_on_the_device(dev: torch.device) -
     loaded = torch.load(buffer, weights_only=False)
     assert loaded["x"].device == dev and loaded["x"].tolist() == [3.0, 3.0]
     assert isinstance(loaded["w"], torch.nn.Parameter) and loaded["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_rng_state_can_be_saved_and_restored(dev: torch.device) -> None:
+    state = torch.xla.get_rng_state()  # type: ignore[attr-defined]
+    first = torch.rand(5, device=dev).cpu()
+    torch.xla.set_rng_state(state)  # type: ignore[attr-defined]
+    assert torch.equal(torch.rand(5, device=dev).cpu(), first)
+
+
+def test_half_ops_apply_float_scalars_at_float32(dev: torch.device) -> None:
+    # torch's kernels use the float scalar at float32 ("opmath"), not rounded to bf16 first.
+    a = torch.randn(256, dtype=torch.bfloat16)
+    b = torch.randn(256, dtype=torch.bfloat16)
+    assert torch.equal((a.to(dev) * 0.6).cpu(), a * 0.6)
+    assert torch.equal(torch.lerp(a.to(dev), b.to(dev), 0.4).cpu(), torch.lerp(a, b, 0.4))

@@ -97,6 +97,17 @@ class _DeviceModule:
         manual_seed_all(seed)
 
     @staticmethod
+    def get_rng_state(device: Any = None) -> torch.Tensor:
+        """The device RNG's (seed, offset) as a uint8 tensor, like other backends' RNG state."""
+        seed, offset = _seed_of(_index(device))
+        return torch.tensor([seed, offset], dtype=torch.int64).view(torch.uint8)
+
+    @staticmethod
+    def set_rng_state(state: torch.Tensor, device: Any = None) -> None:
+        seed, offset = state.clone().view(torch.int64).tolist()
+        _rng[_index(device)] = [int(seed), int(offset)]
+
+    @staticmethod
     def synchronize(device: Any = None) -> None:
         from .graph import wait_device_ops
 

@@ -140,7 +140,13 @@ def _scope_name(n: Node) -> str:
 
 
 def _compute_dtype(out: torch.dtype | None, operands: list[torch.dtype | None]) -> torch.dtype:
-    """The dtype a float scalar input takes inside an op (torch's scalar promotion)."""
+    """The dtype a float scalar input takes inside an op (torch's scalar promotion).
+
+    Half-precision ops apply float scalars at float32, as torch's CPU kernels do (opmath):
+    rounding the scalar to bf16 first changes results by far more than an ulp (a lerp weight).
+    """
+    if out in (torch.float16, torch.bfloat16):
+        return torch.float32
     if out is not None and (out.is_floating_point or out.is_complex):
         return out
     for d in operands:

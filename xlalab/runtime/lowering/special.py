@@ -105,23 +105,7 @@ rt._SPECIAL[aten._has_compatible_shallow_copy_type.default] = _compatible_shallo
 
 # --- variants sent to the CPU fallback ----------------------------------------------------
 #
-# ``unfold`` of a 0-d tensor: the view lowering (views.py) gives shape (1, 1) where torch says
-# (1,). Rare enough to run eagerly until the view rule handles it.
-rt.FALLBACK_IF[aten.unfold.default] = lambda args: args[0].dim() == 0
-
-_HALF = (torch.float16, torch.bfloat16)
-
-
-def _half_lerp_with_float_weight(args: tuple[Any, ...]) -> bool:
-    # A float Scalar reaches a half op's lowering already rounded to the half dtype (the
-    # graph casts scalar inputs to the op's dtype), while torch interpolates with the exact
-    # weight in float32: near ``start == end`` the results differ far beyond rounding.
-    # Until scalars of half ops are fed as float32, such lerps run eagerly.
-    return args[0].dtype in _HALF and len(args) > 2 and isinstance(args[2], float)
-
-
-rt.FALLBACK_IF[aten.lerp.Scalar] = _half_lerp_with_float_weight
-rt.FALLBACK_IF[aten.lerp_.Scalar] = _half_lerp_with_float_weight
+# (0-d unfold and half-dtype lerp with a float weight are now handled by the lowerings.)
 
 
 # --- LSTM cells without biases -------------------------------------------------------------

@@ -114,8 +114,10 @@ def _as_strided(x: Any, size: Any, stride: Any, storage_offset: Any = None) -> A
 
 @lowering(aten.unfold.default)
 def _unfold(x: Any, dim: int, size: int, step: int) -> Any:
-    dim = _canon(dim, max(x.ndim, 1))
-    n = (x.shape[dim] - size) // step + 1 if x.ndim else 1
+    if x.ndim == 0:
+        return x.reshape(1)  # torch: unfolding a 0-d tensor gives shape (1,)
+    dim = _canon(dim, x.ndim)
+    n = (x.shape[dim] - size) // step + 1
     idx = (np.arange(n)[:, None] * step + np.arange(size)[None, :])
     moved = jnp.moveaxis(x, dim, -1) if x.ndim else x[None]
     out = moved[..., idx]  # [..., n, size]
