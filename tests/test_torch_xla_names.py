@@ -267,9 +267,6 @@ def test_runtime_queries_match_the_reference_on_one_cpu(names: None) -> None:
     assert xm.is_master_ordinal() and xm.is_master_ordinal(local=False)
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("xlalab.debug.graph_dump") is None, reason="xlalab.debug.graph_dump not built"
-)
 def test_xlac_graph_dumps_resolve_at_call_time(names: None) -> None:
     import torch_xla
 

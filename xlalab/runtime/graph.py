@@ -393,6 +393,23 @@ def _op_by_op(reason: str) -> bool:
     return bool(config.get("XLA_GET_TENSORS_OPBYOP"))
 
 
+def note_cache_hit(graph: Graph, prog: Any, device: int, reason: str) -> None:
+    """Count a compile-cache hit and tell listeners (single-device and replicated programs alike)."""
+    metrics.count("CachedCompile")
+    if events.listening():
+        events.publish(
+            events.CompileEvent(
+                graph=graph,
+                graph_hash=prog.graph_hash,
+                num_nodes=prog.num_nodes,
+                cached=True,
+                device=f"xla:{device}",
+                reason=reason,
+                frames=user_frames(),
+            )
+        )
+
+
 def execute(roots: Sequence[Node], reason: str) -> list[Any]:
     """Compute ``roots`` (all on one device) and return their arrays."""
     from .tensor import flush_tracing
@@ -433,18 +450,7 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
         )
         prog = CACHE[key] = compile_graph(graph, datas, scalars, reason)
     else:
-        metrics.count("CachedCompile")
-        if events.listening():
-            events.publish(
-                events.CompileEvent(
-                    graph=graph,
-                    graph_hash=prog.graph_hash,
-                    num_nodes=prog.num_nodes,
-                    cached=True,
-                    device=f"xla:{device}",
-                    frames=user_frames(),
-                )
-            )
+        note_cache_hit(graph, prog, device, reason)
     t0 = time.perf_counter_ns()
     try:
         outs = prog(datas, scalars)

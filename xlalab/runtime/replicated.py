@@ -557,19 +557,7 @@ def execute(
     if prog is None:
         prog = PROGRAMS[key] = _compile(group, first, datas, scalars, zero_in)
     else:
-        metrics.count("CachedCompile")
-        if events.listening():
-            events.publish(
-                events.CompileEvent(
-                    graph=first,
-                    graph_hash=prog.graph_hash,
-                    num_nodes=prog.num_nodes,
-                    cached=True,
-                    device=f"xla:{devices[0]}",
-                    reason=reason,
-                    frames=user_frames(),
-                )
-            )
+        graph.note_cache_hit(first, prog, devices[0], reason)
     t0 = time.perf_counter_ns()
     try:
         outs = prog.executable(datas, scalars)
