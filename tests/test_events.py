@@ -61,3 +61,15 @@ def test_cached_compiles_say_so(dev: torch.device, seen: list[events.Event]) -> 
 
 def test_nobody_listening_costs_nothing_observable(dev: torch.device) -> None:
     assert not events.listening()
+
+
+def test_a_compile_is_announced_before_it_starts(dev: torch.device, seen: list[events.Event]) -> None:
+    for _ in range(2):
+        out = torch.ones(5, 31, device=dev) - 1
+        xlalab.mark_step()
+    kinds = [e.kind for e in seen if e.kind in ("compile_start", "compile")]
+    assert kinds == ["compile_start", "compile", "compile"]  # the cache hit starts no compile
+    start = next(e for e in seen if isinstance(e, events.CompileStartEvent))
+    done = next(e for e in seen if isinstance(e, events.CompileEvent))
+    assert (start.graph_hash, start.num_nodes, start.device) == (done.graph_hash, done.num_nodes, done.device)
+    assert out.shape == (5, 31)

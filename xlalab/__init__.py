@@ -13,4 +13,18 @@ from .compat import use_torch_xla_names as use_torch_xla_names  # also installs 
 from .runtime import device, devices, mark_step, sync, wait_device_ops
 
 __version__ = "0.1.0"
+
+
+def load_ipython_extension(shell: object) -> None:
+    """``%load_ext xlalab``: the notebook layer (imported only here: the runtime never needs IPython)."""
+    from .lab import load_ipython_extension as load
+
+    load(shell)
+
+
+def unload_ipython_extension(shell: object) -> None:
+    from .lab import unload_ipython_extension as unload
+
+    unload(shell)
+
 __all__ = ["device", "devices", "mark_step", "sync", "wait_device_ops"]

@@ -67,6 +67,7 @@ __all__ = [
     "graph_dot",
     "graph_hlo",
     "graph_of",
+    "graph_rows",
     "graph_stablehlo",
     "graph_text",
 ]
@@ -230,10 +231,23 @@ class _Table:
         keep = set(range(head)) | set(range(len(self) - tail, len(self))) | set(self.roots)
         return sorted(keep)
 
-    def op_counts(self) -> str:
+    def op_count_list(self) -> list[tuple[str, int]]:
         nodes = self.graph.nodes
-        counts = Counter(_display_name(nodes[p]) for p in self.at)
-        return ", ".join(f"{name}={c}" for name, c in counts.most_common())
+        return Counter(_display_name(nodes[p]) for p in self.at).most_common()
+
+    def op_counts(self) -> str:
+        return ", ".join(f"{name}={c}" for name, c in self.op_count_list())
+
+
+def graph_rows(
+    graph: Graph, *, max_nodes: int | None = None
+) -> tuple[list[_Row], int, list[tuple[str, int]]]:
+    """The rows a dump of ``graph`` shows (all, or a summary's), the total row count, and the op
+    counts: what a viewer needs to explain a dot node (its op, shape and frames)."""
+    table = _Table(graph)
+    shown = table.shown(max_nodes)
+    ks = range(len(table)) if shown is None else shown
+    return [table.row(k) for k in ks], len(table), table.op_count_list()
 
 
 def _gaps(shown: list[int], total: int) -> dict[int, int]:

@@ -54,6 +54,8 @@ from typing import IO, Any
 from xlalab.runtime import config, events, metrics
 from xlalab.runtime.frames import Frame
 
+from .graph_diff import NodeSig, first_change, signature, type_bytes
+
 __all__ = [
     "SLOW_COMPILE_SECONDS",
     "SLOW_EXECUTE_SECONDS",
@@ -237,64 +239,32 @@ def _memory(graph: Any) -> tuple[int, int, int, int, int]:
     return inp, out, 0, mid, 0
 
 
-# A node's identity for "what changed between two compilations": op name, type, structural
-# hash (which covers baked-in static arguments) and where user code created it.
-_NodeSig = tuple[str, str, int, bool, Frame | None]
-
-
-def _signature(graph: Any) -> tuple[_NodeSig, ...]:
-    sig = []
-    for n in graph.nodes:
-        outs = getattr(n, "outs", None)
-        if n.shape is None and outs:
-            ty = "(" + ", ".join(_type_str(s, d) for s, d in outs) + ")"
-        else:
-            ty = _type_str(n.shape, n.dtype)
-        frames = getattr(n, "frames", None)
-        sig.append((n.name, ty, int(n.hash), bool(n.is_leaf), frames[0] if frames else None))
-    return tuple(sig)
-
-
-def _type_bytes(ty: str) -> int:
-    """Bytes of a ``f32[2,3]`` type string (for matching inputs with host-to-device transfers)."""
-    short_to_size = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "s64": 8, "s32": 4, "s16": 2,
-                     "s8": 1, "u8": 1, "pred": 1, "c64": 8, "c128": 16}  # fmt: skip
-    name, _, dims = ty.partition("[")
-    n = 1
-    for d in dims.rstrip("]").split(","):
-        if d:
-            n *= int(d)
-    return n * short_to_size.get(name, 4)
-
-
 def _describe_change(
-    old: tuple[_NodeSig, ...], new: tuple[_NodeSig, ...], uploads: Sequence[tuple[int, Frame]]
+    old: tuple[NodeSig, ...], new: tuple[NodeSig, ...], uploads: Sequence[tuple[int, Frame]]
 ) -> tuple[str, str]:
     """The first thing that differs between two graphs compiled at one sync site, as (what, example):
     ``what`` is the same every time the same thing changes, so repeated changes group together."""
     hint = " (set XLA_IR_DEBUG=1 to name the line that created it)"
-    for a, b in zip(old, new):
-        if a == b:
-            continue
-        name, ty, _, leaf, made = b
-        if leaf and a[3] and a[1] != ty:
-            where = ""
-            for nbytes, frame in reversed(uploads):
-                if nbytes == _type_bytes(ty):
-                    where = f", sent to the device at {_where(frame)}"
-                    break
-            return f"an input's shape{where}", f"{a[1]} -> {ty}"
-        at = f" created at {_where(made)}" if made is not None else hint
-        if a[0] != name:
-            return f"the ops: {a[0]} became {name}{at}", f"{len(old)} -> {len(new)} nodes"
-        if a[1] != ty:
-            return f"the output of {name}{at}", f"{a[1]} -> {ty}"
+    c = first_change(old, new)
+    at = f" created at {_where(c.made)}" if c.made is not None else hint
+    if c.kind == "input_shape":
+        where = ""
+        for nbytes, frame in reversed(uploads):
+            if nbytes == type_bytes(c.new):
+                where = f", sent to the device at {_where(frame)}"
+                break
+        return f"an input's shape{where}", f"{c.old} -> {c.new}"
+    if c.kind == "ops":
+        return f"the ops: {c.old} became {c.new}{at}", f"{len(old)} -> {len(new)} nodes"
+    if c.kind == "output_shape":
+        return f"the output of {c.op}{at}", f"{c.old} -> {c.new}"
+    if c.kind == "baked_value":
         return (
-            f"the static arguments of {name}{at}: a Python int/bool that changes every step is baked "
+            f"the static arguments of {c.op}{at}: a Python int/bool that changes every step is baked "
             "into the graph (pass it as a tensor)",
-            ty,
+            c.new,
         )
-    if len(old) != len(new):
+    if c.kind == "size":
         return "the number of ops (the graph grew or shrank)", f"{len(old)} -> {len(new)} nodes"
     return "nothing in the graph: the compile settings changed (matmul precision, XLA_HLO_DEBUG)", ""
 
@@ -324,7 +294,7 @@ class _Stats:
     compile_seconds: float = 0.0
     # per sync site (innermost frame): steps of uncached compiles, and what changed each time
     compile_steps: dict[Frame | None, list[int]] = field(default_factory=lambda: defaultdict(list))
-    last_sig: dict[Frame | None, tuple[_NodeSig, ...]] = field(default_factory=dict)
+    last_sig: dict[Frame | None, tuple[NodeSig, ...]] = field(default_factory=dict)
     # per sync site: what changed between consecutive compilations -> the examples seen
     changes: dict[Frame | None, dict[str, list[tuple[int, str]]]] = field(
         default_factory=lambda: defaultdict(dict)
@@ -577,7 +547,7 @@ def _record_compile(ev: events.CompileEvent, step: int) -> None:
     site = _site(ev.frames)
     st.compile_steps[site].append(step)
     if ev.graph is not None:
-        sig = _signature(ev.graph)
+        sig = signature(ev.graph)
         old = st.last_sig.get(site)
         if old is not None and step >= WARMUP_STEPS:
             what, example = _describe_change(old, sig, st.uploads)

@@ -35,6 +35,21 @@ class CompileEvent(Event):
 
 
 @dataclass(frozen=True)
+class CompileStartEvent(Event):
+    """A graph missed the compile cache and XLA is compiling it now (a CompileEvent follows).
+
+    Published before the compile so a live view can show "compiling..." while a long
+    compilation blocks the thread that asked for it.
+    """
+
+    kind: str = field(init=False, default="compile_start")
+    graph_hash: int = 0
+    num_nodes: int = 0
+    device: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class ExecuteEvent(Event):
     kind: str = field(init=False, default="execute")
     graph_hash: int = 0

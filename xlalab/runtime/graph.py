@@ -295,6 +295,16 @@ def _failure(graph: Graph, what: str, error: Exception, lowered: Any = None) -> 
 
 
 def compile_graph(graph: Graph, datas: list[Any], scalars: Any, reason: str = "") -> Program:
+    if events.listening():
+        events.publish(
+            events.CompileStartEvent(
+                graph_hash=graph.hash,
+                num_nodes=len(graph.nodes),
+                device=f"xla:{graph.key[-1]}",
+                reason=reason,
+                frames=user_frames(),
+            )
+        )
     t0 = time.perf_counter_ns()
     fn = build_function(graph)
     lowered = None
@@ -352,6 +362,73 @@ def _inputs(graph: Graph, device: int) -> tuple[list[Any], Any]:
 _OP_CACHE: dict[Any, Any] = {}  # one small executable per node signature
 
 
+@dataclass(frozen=True)
+class NodeCounters:
+    """Where a per-node run counts its work (a None name is not counted).
+
+    The OPBYOP modes count the user's compiles and executions; a debugger stepping through a
+    graph counts under its own names, so its compiles never look like the program's.
+    """
+
+    compiled: str | None
+    cached: str | None
+    executed: str | None
+    compile_time: str | None
+
+
+USER_COUNTERS = NodeCounters("UncachedCompile", "CachedCompile", "ExecuteComputation", "CompileTime")
+
+
+def node_executable(
+    ins: tuple[Any, ...], vals: list[Any], settings: tuple[Any, ...], cache: dict[Any, Any]
+) -> tuple[Any, int | None]:
+    """The small compiled program for one op instruction on ``vals``, and its compile time in ns
+    (None when ``cache`` already held it). Keyed by the node's signature and the trace settings,
+    which change what a lowering traces (a bfloat16 switch changes output types)."""
+    sig = (id(ins[1]), ins[2:6], ins[7:9], tuple((v.shape, v.dtype) for v in vals), settings)
+    fn = cache.get(sig)
+    if fn is not None:
+        return fn, None
+    t0 = time.perf_counter_ns()
+    fn = jax.jit(lambda *vs, _ins=ins: lower_node(_ins, list(vs))).lower(*vals).compile()
+    cache[sig] = fn
+    return fn, time.perf_counter_ns() - t0
+
+
+def run_node(
+    ins: tuple[Any, ...],
+    node: Node,
+    env: list[Any],
+    dev: Any,
+    settings: tuple[Any, ...],
+    cache: dict[Any, Any] = _OP_CACHE,
+    counters: NodeCounters = USER_COUNTERS,
+) -> Any:
+    """One node's value, from the values ``env`` holds for the nodes before it; an op node runs
+    as its own small computation (compiled once per signature into ``cache``)."""
+    kind = ins[0]
+    if kind == "data":
+        return node.value
+    if kind == "scalar":
+        return jax.device_put(np.asarray(node.value, np.float64), dev)
+    if ins[1] is ir.ITEM:
+        return env[ins[6][0]][ins[2]]
+    vals = [env[i] for i in ins[6]]
+    fn, compile_ns = node_executable(ins, vals, settings, cache)
+    if compile_ns is None:
+        if counters.cached:
+            metrics.count(counters.cached)
+    else:
+        if counters.compile_time:
+            metrics.record(counters.compile_time, compile_ns)
+        if counters.compiled:
+            metrics.count(counters.compiled)
+    out = fn(*vals)
+    if counters.executed:
+        metrics.count(counters.executed)
+    return out
+
+
 def run_op_by_op(graph: Graph, device: int) -> list[Any]:
     """Run every node as its own small computation, chaining results (the OPBYOP modes).
 
@@ -359,29 +436,10 @@ def run_op_by_op(graph: Graph, device: int) -> list[Any]:
     """
     instrs, roots, _, _ = _instructions(graph)
     dev = backend.jax_device(device)
+    settings = _trace_settings()
     env: list[Any] = []
     for ins, node in zip(instrs, graph.nodes):
-        kind = ins[0]
-        if kind == "data":
-            env.append(node.value)
-        elif kind == "scalar":
-            env.append(jax.device_put(np.asarray(node.value, np.float64), dev))
-        elif ins[1] is ir.ITEM:
-            env.append(env[ins[6][0]][ins[2]])
-        else:
-            vals = [env[i] for i in ins[6]]
-            sig = (id(ins[1]), ins[2:6], ins[7:9], tuple((v.shape, v.dtype) for v in vals))
-            fn = _OP_CACHE.get(sig)
-            if fn is None:
-                t0 = time.perf_counter_ns()
-                fn = jax.jit(lambda *vs, _ins=ins: lower_node(_ins, list(vs))).lower(*vals).compile()
-                _OP_CACHE[sig] = fn
-                metrics.record("CompileTime", time.perf_counter_ns() - t0)
-                metrics.count("UncachedCompile")
-            else:
-                metrics.count("CachedCompile")
-            env.append(fn(*vals))
-            metrics.count("ExecuteComputation")
+        env.append(run_node(ins, node, env, dev, settings))
     return [env[i] for i in roots]
 
 

@@ -1,0 +1,316 @@
+"""The notebook layer in a real IPython shell: magics, per-cell warnings, live views.
+
+Cells run through ``InteractiveShell.run_cell``, exactly as a terminal IPython or a kernel runs
+them, so file names, execution counts and frames are IPython's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from xlalab.runtime import config, events, metrics
+
+SETUP = """\
+import torch, xlalab.core.xla_model as xm
+dev = xm.xla_device()
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 4).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+def step(batch):
+    data = torch.randn(batch, 8).to(dev)
+    loss = model(data).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    xm.mark_step()
+    return loss
+"""
+
+
+def setup(width: int) -> str:
+    """SETUP with a model of its own width: every test compiles its own graphs (the compile cache
+    is shared by the whole test session)."""
+    return SETUP.replace("Linear(8, 4)", f"Linear(8, {width})")
+
+
+class Shell:
+    def __init__(self, sh: InteractiveShell) -> None:
+        self.sh = sh
+
+    def run(self, code: str) -> tuple[Any, str]:
+        with capture_output() as out:
+            result = self.sh.run_cell(code, store_history=True)
+        text = out.stdout + "".join(
+            o.data.get("text/plain", "") for o in out.outputs if isinstance(getattr(o, "data", None), dict)
+        )
+        return result, text
+
+    def ok(self, code: str) -> str:
+        result, text = self.run(code)
+        if result.error_in_exec is not None or result.error_before_exec is not None:
+            raise AssertionError(f"cell failed: {result.error_in_exec or result.error_before_exec}\n{text}")
+        return text
+
+    def error(self, code: str) -> BaseException:
+        result, _ = self.run(code)
+        err = result.error_in_exec or result.error_before_exec
+        assert err is not None, f"expected {code!r} to fail"
+        return err
+
+
+@pytest.fixture
+def shell() -> Iterator[Shell]:
+    sh = InteractiveShell.instance()
+    s = Shell(sh)
+    s.ok("%load_ext xlalab")
+    try:
+        yield s
+    finally:
+        s.run("%unload_ext xlalab")
+        config.set("XLA_IR_DEBUG", False)
+        config.set("PT_XLA_DEBUG", False)
+
+
+def test_load_and_unload_register_and_remove_everything() -> None:
+    sh = InteractiveShell.instance()
+    s = Shell(sh)
+    listeners = len(events._subscribers)
+    pre = list(sh.events.callbacks["post_run_cell"])
+    s.ok("%load_ext xlalab")
+    try:
+        for name in ("xla_graph", "xla_metrics", "xla_debug", "xla_counters", "xla_step"):
+            assert name in sh.magics_manager.magics["line"], name
+        assert "xla_metrics" in sh.magics_manager.magics["cell"]
+        assert len(events._subscribers) == listeners + 1
+        # Loading twice is harmless: IPython says so, and a direct call replaces the session.
+        s.ok("%load_ext xlalab")
+        import xlalab.lab
+
+        xlalab.lab.load_ipython_extension(sh)
+        assert len(events._subscribers) == listeners + 1
+    finally:
+        s.ok("%unload_ext xlalab")
+    assert "xla_graph" not in sh.magics_manager.magics["line"]
+    assert "xla_metrics" not in sh.magics_manager.magics["cell"]
+    assert len(events._subscribers) == listeners
+    assert list(sh.events.callbacks["post_run_cell"]) == pre
+    assert "not found" in str(s.error("%xla_graph"))
+
+
+def test_a_batch_change_two_cells_later_warns_naming_the_line_and_the_shape(shell: Shell) -> None:
+    shell.ok(setup(11))
+    assert "xlalab" not in shell.ok("for _ in range(3):\n    step(16)")
+    assert "xlalab" not in shell.ok("x = 1")
+    out = shell.ok("# the last batch of the epoch\nloss = step(15)")
+    count = shell.sh.execution_count - 1
+    assert "Recompiled: an input's shape changed" in out
+    assert "data: f32[16,8] → f32[15,8]" in out
+    assert f"at cell [{count}], line 2" not in out  # the innermost frame is in step(), not here
+    assert f"cell [{count}], line 2 in <module>: loss = step(15)" in out
+    assert "line 13 in step: xm.mark_step()" in out  # the barrier inside step()
+    assert "sent to the device at cell" in out and "data = torch.randn(batch, 8).to(dev)" in out
+    # The same batch again hits the cache: quiet.
+    assert "xlalab" not in shell.ok("loss = step(15)")
+
+
+def test_quiet_when_nothing_is_wrong(shell: Shell) -> None:
+    shell.ok(setup(12))
+    for _ in range(3):
+        assert shell.ok("for _ in range(2):\n    step(8)").strip() == ""
+
+
+def test_a_cpu_fallback_names_its_line_and_counts(shell: Shell) -> None:
+    shell.ok("import torch, xlalab.core.xla_model as xm\ndev = xm.xla_device()")
+    out = shell.ok("x = torch.tensor([0.0, 1.0, 2.0], device=dev)\nnz = torch.nonzero(x)")
+    count = shell.sh.execution_count - 1
+    assert "aten::nonzero ran on the CPU (once)" in out
+    assert f"at cell [{count}], line 2 in <module>: nz = torch.nonzero(x)" in out
+    out = shell.ok("for _ in range(3):\n    nz = torch.nonzero(x * 2)")
+    assert "aten::nonzero ran on the CPU (3 times)" in out
+
+
+def test_an_item_inside_a_step_cuts_it_and_says_where(shell: Shell) -> None:
+    shell.ok(setup(13))
+    out = shell.ok("y = model(torch.ones(2, 8, device=dev)).sum()\nv = y.item()")
+    assert ".item() cut the step" in out
+    assert "line 2 in <module>: v = y.item()" in out
+    # Reading a value that is already computed (after mark_step) is not a cut.
+    assert "cut the step" not in shell.ok("loss = step(4)\nloss.item()")
+
+
+def test_xla_graph_shows_the_pending_ir_and_runs_nothing(shell: Shell) -> None:
+    shell.ok("import torch, xlalab.core.xla_model as xm\ndev = xm.xla_device()")
+    shell.ok("a = torch.ones(3, 4, device=dev)\nb = (a * 2).relu().sum(0)")
+    before = metrics.snapshot()
+    text = shell.ok("%xla_graph b")
+    assert "IR {" in text and "aten::relu" in text and "ROOT=0" in text
+    assert "pending graph of b" in text
+    everything = shell.ok("%xla_graph --all")
+    assert "every pending tensor" in everything
+    assert metrics.snapshot()["counters"] == before["counters"]
+    assert {k: v["count"] for k, v in metrics.snapshot()["metrics"].items()} == {
+        k: v["count"] for k, v in before["metrics"].items()
+    }
+
+
+def test_xla_graph_dot_is_a_graph_bundle_with_source_lines_under_ir_debug(shell: Shell) -> None:
+    from xlalab.lab.graphs import MIME
+
+    shell.ok("import torch, xlalab.core.xla_model as xm\ndev = xm.xla_device()\n%xla_debug on")
+    shell.ok("a = torch.ones(3, 4, device=dev)\nb = (a * 2).relu()")
+    cell = shell.sh.execution_count - 1
+    with capture_output() as out:
+        shell.sh.run_cell("%xla_graph b --format dot", store_history=True)
+    bundle = next(o.data for o in out.outputs if MIME in o.data)
+    payload = bundle[MIME]
+    assert payload["dot"].startswith("digraph G {")
+    assert payload["num_nodes"] == payload["shown_nodes"] == len(payload["nodes"])
+    relu = next(n for n in payload["nodes"] if n["op"] == "aten::relu")
+    assert relu["shape"].startswith("f32[3,4]")
+    assert relu["frames"][0]["label"] == f"cell [{cell}], line 2"
+    assert relu["frames"][0]["cell"]["execution_count"] == cell
+    assert "IR {" in bundle["text/plain"]
+
+
+def test_xla_graph_save_and_formats(shell: Shell, tmp_path: Any) -> None:
+    shell.ok("import torch, xlalab.core.xla_model as xm\ndev = xm.xla_device()")
+    shell.ok("b = torch.ones(2, device=dev) + 1")
+    path = tmp_path / "g.hlo"
+    out = shell.ok(f"%xla_graph b --format hlo --save {path}")
+    assert f"saved the hlo dump to {path}" in out
+    assert "HloModule" in path.read_text()
+    assert "stablehlo" in shell.ok("%xla_graph b -f stablehlo") or "func.func" in shell.ok(
+        "%xla_graph b -f stablehlo"
+    )
+
+
+def test_xla_graph_bad_input_is_a_clear_error(shell: Shell) -> None:
+    from IPython.core.error import UsageError
+
+    shell.ok("import torch, xlalab.core.xla_model as xm\ndev = xm.xla_device()\nc = torch.ones(2)")
+    shell.ok("xm.mark_step()")
+    err = shell.error("%xla_graph nope")
+    assert isinstance(err, UsageError) and "no variable named 'nope'" in str(err)
+    err = shell.error("%xla_graph c")
+    assert isinstance(err, UsageError) and "is on cpu, not an xla device" in str(err)
+    err = shell.error("%xla_graph")
+    assert isinstance(err, UsageError) and "nothing is pending" in str(err)
+    err = shell.error("%xla_graph --format svg")
+    assert isinstance(err, UsageError)
+    help_text = shell.ok("%xla_graph --help")
+    assert "--format" in help_text and "--save PATH" in help_text
+    assert "2" in shell.ok("1 + 1")  # the shell lives on
+
+
+def test_a_huge_graph_is_summarised_fast(shell: Shell) -> None:
+    import time
+
+    shell.ok("import torch, xlalab.core.xla_model as xm\ndev = xm.xla_device()")
+    shell.ok("h = torch.ones(4, device=dev)\nfor _ in range(10000):\n    h = h + 1")
+    t0 = time.perf_counter()
+    out = shell.ok("%xla_graph h --format dot")
+    assert time.perf_counter() - t0 < 15
+    assert "nodes omitted" in out
+    shell.ok("xm.mark_step()")
+
+
+def test_cell_magic_shows_what_the_cell_did_even_when_it_raises(shell: Shell) -> None:
+    shell.ok(setup(14))
+    out = shell.ok(
+        "%%xla_metrics\nfor _ in range(3):\n    step(8)\nz = torch.nonzero(torch.ones(3, device=dev))"
+    )
+    assert "this cell did:" in out
+    assert "aten::nonzero x 1" in out
+    assert "executions" in out
+    result, out = shell.run("%%xla_metrics\nstep(8)\nraise ValueError('boom')")
+    assert isinstance(result.error_in_exec, ValueError)
+    assert "this cell did:" in out
+    assert "4" in shell.ok("2 + 2")
+
+
+def test_metrics_magics(shell: Shell) -> None:
+    shell.ok(setup(15))
+    shell.ok("step(8)")
+    assert "Metric: CompileTime" in shell.ok("%xla_metrics")
+    assert "Counter: MarkStep" in shell.ok("%xla_metrics --counters")
+    since = shell.ok("%xla_metrics --since-cell")
+    assert ("since the previous cell started:" in since and "1 new" in since) or "cache hits" in since
+
+
+def test_xla_debug_switches_at_run_time(shell: Shell) -> None:
+    assert "XLA_IR_DEBUG=True, PT_XLA_DEBUG=True" in shell.ok("%xla_debug on")
+    assert config.get("XLA_IR_DEBUG") and config.get("PT_XLA_DEBUG")
+    assert "PT_XLA_DEBUG_LEVEL=1" in shell.ok("%xla_debug level 1")
+    assert "level N takes" in str(shell.error("%xla_debug level 7"))
+    shell.ok("%xla_debug off")
+    assert not config.get("XLA_IR_DEBUG") and not config.get("PT_XLA_DEBUG")
+    config.set("PT_XLA_DEBUG_LEVEL", 2)
+
+
+def test_live_counters_follow_events_and_never_touch_tensors(shell: Shell) -> None:
+    import xlalab.lab
+
+    shell.ok(setup(16))
+    widget = xlalab.lab.counters()
+    view = xlalab.lab.session().views[-1]
+    shell.ok("step(8)\nstep(8)")
+    view.refresh()
+    assert view.labels["compiles"].value == f"<b>{metrics.COUNTERS.get('UncachedCompile', 0)}</b>"
+    assert view.labels["cache_hits"].value == f"<b>{metrics.COUNTERS.get('CachedCompile', 0)}</b>"
+    assert widget is view.widget
+    # Refreshing reads the registry only: no compile, execution or transfer.
+    before = dict(metrics.COUNTERS)
+    view.refresh()
+    assert dict(metrics.COUNTERS) == before
+
+
+def test_a_warning_event_reaches_listeners_in_protocol_shape(shell: Shell) -> None:
+    import xlalab.lab
+
+    got: list[dict[str, Any]] = []
+    xlalab.lab.session().watcher.listeners.append(got.append)
+    shell.ok(setup(17))
+    shell.ok("for _ in range(3):\n    step(16)")
+    shell.ok("step(15)")
+    kinds = {e["kind"] for e in got}
+    assert {"compile_start", "compile", "execute", "sync", "transfer", "warning"} <= kinds
+    warning = next(e["warning"] for e in got if e["kind"] == "warning")
+    assert warning["category"] == "recompile"
+    assert warning["where"]["cell"]["execution_count"] == shell.sh.execution_count - 1
+    assert warning["where"]["line"] == 1
+    compiles = [e for e in got if e["kind"] == "compile"]
+    assert all(isinstance(e["graph_hash"], str) for e in compiles)
+    starts = [e for e in got if e["kind"] == "compile_start"]
+    assert len(starts) == sum(1 for e in compiles if not e["cached"])
+
+
+def test_the_runtime_never_imports_ipython() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import xlalab, xlalab.runtime, xlalab.debug, sys; "
+        "print([m for m in ('IPython', 'ipywidgets', 'graphviz') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_stripped_graphs_keep_no_device_data() -> None:
+    from xlalab.debug.graph_dump import graph_of, graph_text
+    from xlalab.lab.watcher import strip_graph
+    from xlalab.runtime import ir
+
+    dev = torch.device("xla:0")
+    t = torch.ones(3, device=dev) * 2
+    g = graph_of(t)
+    s = strip_graph(g)
+    assert all(n.value is None or n.op is ir.SCALAR for n in s.nodes)
+    assert graph_text(s) == graph_text(g)

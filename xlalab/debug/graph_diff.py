@@ -1,0 +1,119 @@
+"""What differs between two graphs compiled at one place in the user's code.
+
+A recompilation is only useful to report if it says *what changed*: an input's shape, the
+ops themselves, an op's output shape, or a Python number baked into the graph. Both the
+PT_XLA_DEBUG analysis and the notebook's per-cell warnings ask this module, so they always
+give the same answer.
+
+Signatures keep no Node (and so no device array) alive: they are made of strings, ints and
+frames only, and can be kept for as long as the session lasts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from xlalab.runtime.frames import Frame
+
+_DTYPE_SHORT = {
+    "float32": "f32",
+    "float64": "f64",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "int64": "s64",
+    "int32": "s32",
+    "int16": "s16",
+    "int8": "s8",
+    "uint8": "u8",
+    "bool": "pred",
+    "complex64": "c64",
+    "complex128": "c128",
+}
+_SHORT_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "s64": 8, "s32": 4, "s16": 2,
+                "s8": 1, "u8": 1, "pred": 1, "c64": 8, "c128": 16}  # fmt: skip
+
+
+def type_str(shape: Any, dtype: Any) -> str:
+    """torch_xla's short type notation without layout: ``f32[64,1,28,28]``."""
+    name = str(dtype).removeprefix("torch.")
+    dims = "" if shape is None else ",".join(str(d) for d in shape)
+    return f"{_DTYPE_SHORT.get(name, name)}[{dims}]"
+
+
+def type_bytes(ty: str) -> int:
+    """Bytes of a ``f32[2,3]`` type string (to match an input with the transfer that sent it)."""
+    name, _, dims = ty.partition("[")
+    n = 1
+    for d in dims.rstrip("]").split(","):
+        if d:
+            n *= int(d)
+    return n * _SHORT_BYTES.get(name, 4)
+
+
+@dataclass(frozen=True)
+class NodeSig:
+    """A node's identity for diffing: op name, type, structural hash (which covers baked-in
+    static arguments), whether it is an input, and where user code created it (IR debug)."""
+
+    name: str
+    type: str
+    hash: int
+    leaf: bool
+    made: Frame | None
+
+
+def signature(graph: Any) -> tuple[NodeSig, ...]:
+    sig = []
+    for n in graph.nodes:
+        outs = getattr(n, "outs", None)
+        if n.shape is None and outs:
+            ty = "(" + ", ".join(type_str(s, d) if (s, d) != (None, None) else "()" for s, d in outs) + ")"
+        else:
+            ty = type_str(n.shape, n.dtype)
+        frames = getattr(n, "frames", None)
+        sig.append(NodeSig(n.name, ty, int(n.hash), bool(n.is_leaf), frames[0] if frames else None))
+    return tuple(sig)
+
+
+@dataclass(frozen=True)
+class Change:
+    """The first difference between two graphs.
+
+    ``kind``: ``input_shape``, ``ops``, ``output_shape``, ``baked_value``, ``size`` (one graph
+    is a prefix of the other) or ``settings`` (same graph, different compile settings).
+    ``index``: the node's position in the new graph's post-order (None for size/settings).
+    """
+
+    kind: str
+    index: int | None = None
+    op: str = ""
+    old: str = ""
+    new: str = ""
+    made: Frame | None = None
+
+    @property
+    def input_position(self) -> int | None:
+        """Which input (counting data leaves in post-order) changed, for ``input_shape``."""
+        return None if self.kind != "input_shape" else self._input_position
+
+    _input_position: int | None = None
+
+
+def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
+    inputs = 0
+    for i, (a, b) in enumerate(zip(old, new)):
+        if a == b:
+            inputs += b.leaf
+            continue
+        if b.leaf and a.leaf and a.type != b.type:
+            return Change("input_shape", i, b.name, a.type, b.type, b.made, _input_position=inputs)
+        if a.name != b.name:
+            return Change("ops", i, b.name, a.name, b.name, b.made)
+        if a.type != b.type:
+            return Change("output_shape", i, b.name, a.type, b.type, b.made)
+        return Change("baked_value", i, b.name, a.type, b.type, b.made)
+    if len(old) != len(new):
+        return Change("size", None, "", f"{len(old)} nodes", f"{len(new)} nodes")
+    return Change("settings")

@@ -1,0 +1,149 @@
+"""How the notebook layer shows things: findings, per-cell metrics and snapshots, as text and HTML.
+
+Every display is a MIME bundle with ``text/plain`` (terminals, nbclient, logs) and
+``text/html`` (Jupyter). All user-controlled text (file names, source lines, op and variable
+names) goes through ``html.escape``.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from xlalab.runtime import metrics
+
+from .cells import CellMap
+from .watcher import Finding
+
+_ICON = {"recompile": "⟳", "fallback": "⇣", "transfer": "⇄"}
+_COLOR = {"recompile": "#b45309", "fallback": "#b91c1c", "transfer": "#1d4ed8"}
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
+
+
+def finding_text(f: Finding, cells: CellMap) -> str:
+    lines = [f"xlalab: {f.title} ({_times(f.count)})", f"  {f.message}"]
+    lines += [f"  {d}" for d in f.details]
+    for i, fr in enumerate(f.frames[:6]):
+        head = "  at " if i == 0 else "     "
+        src = cells.source_line(fr)
+        lines.append(f"{head}{cells.label(fr)} in {fr.function}" + (f": {src}" if src else ""))
+    return "\n".join(lines)
+
+
+def finding_html(f: Finding, cells: CellMap) -> str:
+    e = html.escape
+    color = _COLOR.get(f.category, "#444")
+    rows = []
+    for fr in f.frames[:6]:
+        src = cells.source_line(fr)
+        rows.append(
+            f"<div style='font-family:monospace'>{e(cells.label(fr))} in <b>{e(fr.function)}</b>"
+            + (f": <code>{e(src)}</code>" if src else "")
+            + "</div>"
+        )
+    details = "".join(f"<div style='opacity:.8'>{e(d)}</div>" for d in f.details)
+    return (
+        f"<div class='xlalab-finding' data-category='{e(f.category)}' "
+        f"style='border-left:4px solid {color};padding:4px 8px;margin:4px 0;"
+        "background:rgba(127,127,127,.08)'>"
+        f"<div><b style='color:{color}'>{_ICON.get(f.category, '!')} {e(f.title)}</b>"
+        f" <span style='opacity:.7'>({e(_times(f.count))})</span></div>"
+        f"<div style='font-family:monospace'>{e(f.message)}</div>{details}{''.join(rows)}</div>"
+    )
+
+
+def findings_bundle(findings: Iterable[Finding], cells: CellMap) -> dict[str, str]:
+    fs = list(findings)
+    return {
+        "text/plain": "\n".join(finding_text(f, cells) for f in fs),
+        "text/html": "".join(finding_html(f, cells) for f in fs),
+    }
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def snapshot(last_compile_seconds: float = 0.0) -> dict[str, Any]:
+    """The protocol's snapshot (docs/lab-protocol.md): registry totals, nothing computed."""
+    snap = metrics.snapshot()
+    counters: dict[str, int] = snap["counters"]  # type: ignore[assignment]
+    ms: dict[str, dict[str, Any]] = snap["metrics"]  # type: ignore[assignment]
+
+    def count(name: str) -> int:
+        return int(ms.get(name, {}).get("count", 0))
+
+    def total(name: str) -> float:
+        return float(ms.get(name, {}).get("total", 0.0))
+
+    return {
+        "time": time.time(),
+        "compiles": {
+            "uncached": int(counters.get("UncachedCompile", 0)),
+            "cached": int(counters.get("CachedCompile", 0)),
+            "seconds_total": total("CompileTime") / 1e9,
+            "seconds_last": last_compile_seconds,
+        },
+        "executions": {
+            "count": int(counters.get("ExecuteComputation", 0)),
+            "seconds_total": (total("ExecuteTime") + total("ExecuteReplicatedTime")) / 1e9,
+        },
+        "transfers": {
+            "to_device": count("TransferToDeviceTime"),
+            "from_device": count("TransferFromDeviceTime"),
+            "bytes_to_device": int(total("OutboundData")),
+            "bytes_from_device": int(total("InboundData")),
+        },
+        "fallbacks": {k: int(v) for k, v in counters.items() if k.startswith("aten::") and v},
+        "counters": dict(counters),
+        "metrics": ms,
+    }
+
+
+def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What happened between two snapshots (counters cleared in between count from zero)."""
+
+    def sub(a: float, b: float) -> float:
+        return a - b if a >= b else a
+
+    fallbacks = {
+        op: int(sub(n, before["fallbacks"].get(op, 0)))
+        for op, n in after["fallbacks"].items()
+        if sub(n, before["fallbacks"].get(op, 0)) > 0
+    }
+    out: dict[str, Any] = {"fallbacks": fallbacks}
+    for group in ("compiles", "executions", "transfers"):
+        out[group] = {k: sub(v, before[group][k]) for k, v in after[group].items() if k != "seconds_last"}
+    out["seconds"] = after["time"] - before["time"]
+    return out
+
+
+def _rows(d: dict[str, Any]) -> list[tuple[str, str]]:
+    c, x, t = d["compiles"], d["executions"], d["transfers"]
+    rows = [
+        ("compiles", f"{int(c['uncached'])} new, {int(c['cached'])} cache hits, {c['seconds_total']:.3f} s"),
+        ("executions", f"{int(x['count'])}, {x['seconds_total']:.3f} s"),
+        ("to device", f"{int(t['to_device'])} transfers, {metrics.format_bytes(t['bytes_to_device'])}"),
+        ("from device", f"{int(t['from_device'])} transfers, {metrics.format_bytes(t['bytes_from_device'])}"),
+    ]
+    fb = d["fallbacks"]
+    rows.append(("CPU fallbacks", ", ".join(f"{op} x {n}" for op, n in sorted(fb.items())) if fb else "none"))
+    return rows
+
+
+def delta_bundle(d: dict[str, Any], title: str) -> dict[str, str]:
+    rows = _rows(d)
+    width = max(len(k) for k, _ in rows)
+    text = "\n".join([title, *(f"  {k:<{width}}  {v}" for k, v in rows)])
+    e = html.escape
+    body = "".join(f"<tr><th style='text-align:left'>{e(k)}</th><td style='text-align:left'>{e(v)}</td></tr>"
+                   for k, v in rows)  # fmt: skip
+    return {"text/plain": text, "text/html": f"<div><b>{e(title)}</b><table>{body}</table></div>"}
+
+
+def pre_bundle(text: str) -> dict[str, str]:
+    return {"text/plain": text, "text/html": f"<pre>{html.escape(text)}</pre>"}

@@ -1,0 +1,85 @@
+"""One loaded notebook extension: the cell hooks, the watcher, the comm and the live views.
+
+``%load_ext xlalab`` makes a ``LabSession`` and ``%unload_ext xlalab`` takes everything it
+registered back out: IPython event callbacks, magics, the event-bus subscription, the comm
+target and open comms, live widgets.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from . import render
+from .cells import CellMap
+from .comm import CommServer
+from .watcher import Watcher
+
+_log = logging.getLogger("xlalab.lab")
+
+
+class LabSession:
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+        self.cells = CellMap(shell)
+        self.watcher = Watcher(self.cells)
+        self.comm = CommServer(self.watcher)
+        self.views: list[Any] = []  # live widgets, closed on unload
+        self.warnings_on = True
+        self.cell_snapshots: list[dict[str, Any]] = []  # metrics at the start of the last two cells
+        self._magics: Any = None
+
+    # ---- lifecycle
+    def start(self) -> None:
+        from .magics import XlaMagics
+
+        self.watcher.start()
+        self.comm.start()
+        self.shell.events.register("pre_run_cell", self.pre_run_cell)
+        self.shell.events.register("post_run_cell", self.post_run_cell)
+        self._magics = XlaMagics(self.shell, self)
+        self.shell.register_magics(self._magics)
+
+    def stop(self) -> None:
+        for name, fn in (("pre_run_cell", self.pre_run_cell), ("post_run_cell", self.post_run_cell)):
+            try:
+                self.shell.events.unregister(name, fn)
+            except ValueError:
+                pass
+        if self._magics is not None:
+            table = self.shell.magics_manager.magics
+            for kind, names in self._magics.magics.items():
+                for name in names:
+                    table[kind].pop(name, None)
+            self.shell.magics_manager.registry.pop(type(self._magics).__name__, None)
+            self._magics = None
+        for view in self.views:
+            try:
+                view.close()
+            except Exception:
+                _log.exception("xlalab: could not close a live view")
+        self.views.clear()
+        self.comm.stop()
+        self.watcher.stop()
+
+    # ---- cells
+    def pre_run_cell(self, info: Any) -> None:
+        self.cells.start_cell(self.shell.execution_count, getattr(info, "cell_id", None))
+        self.watcher.start_cell()
+        self.cell_snapshots.append(render.snapshot())
+        del self.cell_snapshots[:-2]
+
+    def post_run_cell(self, result: Any) -> None:
+        try:
+            findings = self.watcher.findings_of_cell()
+            if findings and self.warnings_on:
+                from IPython.display import display
+
+                display(render.findings_bundle(findings, self.cells), raw=True)
+        finally:
+            self.watcher.start_cell()
+            self.comm.end_of_cell()
+            for view in self.views:
+                refresh = getattr(view, "refresh", None)
+                if refresh is not None:
+                    refresh()

@@ -1,0 +1,438 @@
+"""Watch the runtime's events on behalf of the notebook: per-cell findings and live events.
+
+One ``Watcher`` per loaded extension subscribes to the event bus and
+
+- keeps, per place in the user's code that compiles (the barrier's line), the signatures of
+  the graphs compiled there, so a new compilation that is a *variant* of an earlier one
+  becomes a recompilation finding that says what changed (an input's shape and the name of
+  the variable that holds it, the first differing op, a value baked into the graph);
+- turns CPU fallbacks and reads that cut a step (``.item()``, ``print``, ``.cpu()`` of a
+  pending tensor) into findings counted per source line;
+- hands every event, in the comm protocol's JSON shape, to its listeners (the JupyterLab
+  comm, the counters widget);
+- keeps the last compiled graphs, stripped of their device data, for the graph viewer.
+
+It only reads events, frames and the metrics registry: it never touches a tensor's value,
+so looking can never compile or transfer anything.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from xlalab.debug import graph_diff
+from xlalab.runtime import events, ir
+from xlalab.runtime.frames import Frame
+from xlalab.runtime.frames import _is_library as _is_runtime_library
+
+from .cells import CellMap
+
+# Reads that bring a value to the host; when they had pending IR to run, they cut the step.
+ACCESS_REASONS = {
+    "item": ".item()",
+    "tolist": ".tolist()",
+    "numpy": ".numpy()",
+    "cpu": ".cpu()",
+    "print": "print",
+    "copy": "copy_ to another device",
+}
+ITEM_OP = "aten::_local_scalar_dense"  # the .item() read, reported as a transfer, not a fallback
+DYNAMIC_SHAPE_OPS = {"aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique2"}
+KEEP_GRAPHS = 32
+KEEP_SIGNATURES = 8  # per site
+
+
+@dataclass
+class Finding:
+    """A warning the notebook shows: a recompilation, a CPU fallback or a read that cut a step."""
+
+    id: int
+    category: str  # recompile | fallback | transfer
+    title: str
+    message: str
+    frames: list[Frame]
+    where: Frame | None
+    cell: int | None  # execution count of the cell that was running
+    graph_hash: str = ""
+    details: list[str] = field(default_factory=list)
+    count: int = 1
+    last_cell: int | None = None  # the cell that last bumped the count
+
+
+@dataclass
+class _Site:
+    """One place in user code that compiles: what it compiled and how often it hit the cache."""
+
+    signatures: list[tuple[graph_diff.NodeSig, ...]] = field(default_factory=list)
+    compiles: int = 0
+    hits: int = 0
+
+
+def hex_hash(h: int) -> str:
+    return f"{h:x}"
+
+
+def strip_graph(graph: Any) -> Any:
+    """A copy of a linearized graph without device data, to keep for the graph viewer.
+
+    Keeping the graph itself would keep every input array alive for as long as it is shown.
+    """
+    from xlalab.runtime.graph import Graph
+
+    copies: dict[int, ir.Node] = {}
+    nodes = []
+    for n in graph.nodes:
+        c = ir.Node.__new__(ir.Node)
+        for slot in ("arg", "device", "dtype", "frames", "hash", "op", "outs", "shape"):
+            setattr(c, slot, getattr(n, slot))
+        c.src = tuple(copies[id(s)] for s in n.src)
+        c.value = 0.0 if n.op is ir.SCALAR else None
+        copies[id(n)] = c
+        nodes.append(c)
+    return Graph(graph.key, nodes, list(graph.roots))
+
+
+class Watcher:
+    def __init__(self, cells: CellMap) -> None:
+        self.cells = cells
+        self.findings: list[Finding] = []
+        self.graphs: OrderedDict[str, Any] = OrderedDict()
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.cell_findings: set[int] = set()  # ids bumped during the cell running now
+        self._sites: dict[Frame | None, _Site] = {}
+        self._keyed: dict[tuple[Any, ...], Finding] = {}
+        self._uploads: list[tuple[int, Frame]] = []  # (bytes, where) of recent host -> device copies
+        self._lock = threading.RLock()
+        self._unsubscribe: Callable[[], None] | None = None
+        self.compiling: dict[str, Any] | None = None
+        self.last_compile_seconds = 0.0
+
+    # ---- lifecycle
+    def start(self) -> None:
+        if self._unsubscribe is None:
+            self._unsubscribe = events.subscribe(self._on_event)
+
+    def stop(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    def clear(self) -> None:
+        with self._lock:
+            self.findings.clear()
+            self._keyed.clear()
+            self.cell_findings.clear()
+
+    def start_cell(self) -> None:
+        with self._lock:
+            self.cell_findings.clear()
+
+    def findings_of_cell(self) -> list[Finding]:
+        with self._lock:
+            return [f for f in self.findings if f.id in self.cell_findings]
+
+    # ---- events
+    def _on_event(self, ev: events.Event) -> None:
+        try:
+            with self._lock:
+                out = self._handle(ev)
+        except Exception:  # the watcher must never break the program it watches
+            import logging
+
+            logging.getLogger("xlalab.lab").exception("xlalab: could not analyse %s", type(ev).__name__)
+            return
+        for message in out:
+            for listener in list(self.listeners):
+                listener(message)
+
+    def _event(self, kind: str, ev: events.Event, **fields: Any) -> dict[str, Any]:
+        frames = self.cells.user_frames(ev.frames)
+        where = self.cells.jump_target(frames)
+        return {
+            "kind": kind,
+            "time": time.time(),
+            "where": None if where is None else self.cells.location(where),
+            **fields,
+        }
+
+    def _handle(self, ev: events.Event) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if isinstance(ev, events.CompileStartEvent):
+            msg = self._event(
+                "compile_start",
+                ev,
+                graph_hash=hex_hash(ev.graph_hash),
+                num_nodes=ev.num_nodes,
+                device=ev.device,
+                reason=ev.reason,
+            )
+            self.compiling = msg
+            out.append(msg)
+        elif isinstance(ev, events.CompileEvent):
+            self.compiling = None
+            if not ev.cached:
+                self.last_compile_seconds = ev.seconds
+            out.append(
+                self._event(
+                    "compile",
+                    ev,
+                    graph_hash=hex_hash(ev.graph_hash),
+                    num_nodes=ev.num_nodes,
+                    seconds=ev.seconds,
+                    cached=ev.cached,
+                    device=ev.device,
+                    reason=ev.reason,
+                )
+            )
+            finding = self._on_compile(ev)
+            if finding is not None:
+                out.append(self._warning_event(finding))
+        elif isinstance(ev, events.ExecuteEvent):
+            out.append(self._event("execute", ev, graph_hash=hex_hash(ev.graph_hash), seconds=ev.seconds,
+                                   device=ev.device))  # fmt: skip
+        elif isinstance(ev, events.SyncEvent):
+            out.append(self._event("sync", ev, reason=ev.reason, num_tensors=ev.num_tensors,
+                                   graph_hash=hex_hash(ev.graph_hash)))  # fmt: skip
+            finding = self._on_sync(ev)
+            if finding is not None:
+                out.append(self._warning_event(finding))
+        elif isinstance(ev, events.FallbackEvent):
+            out.append(self._event("fallback", ev, op=ev.op, seconds=ev.seconds))
+            finding = self._on_fallback(ev)
+            if finding is not None:
+                out.append(self._warning_event(finding))
+        elif isinstance(ev, events.TransferEvent):
+            out.append(self._event("transfer", ev, direction=ev.direction, nbytes=ev.nbytes,
+                                   seconds=ev.seconds))  # fmt: skip
+            if ev.direction == "to_device":
+                frames = self.cells.user_frames(ev.frames)
+                if frames:
+                    self._uploads.append((ev.nbytes, frames[0]))
+                    del self._uploads[:-256]
+        return out
+
+    # ---- findings
+    def _finding(
+        self,
+        key: tuple[Any, ...],
+        category: str,
+        title: str,
+        message: str,
+        frames: list[Frame],
+        graph_hash: str = "",
+        details: list[str] | None = None,
+    ) -> Finding:
+        """A new finding, or the one already made for ``key`` with its count bumped."""
+        current = self.cells.current
+        f = self._keyed.get(key)
+        if f is None:
+            f = Finding(
+                id=len(self.findings) + 1,
+                category=category,
+                title=title,
+                message=message,
+                frames=frames,
+                where=self.cells.jump_target(frames),
+                cell=current,
+                graph_hash=graph_hash,
+                details=details or [],
+                last_cell=current,
+            )
+            self.findings.append(f)
+            self._keyed[key] = f
+        else:
+            f.count += 1
+            f.last_cell = current
+            f.message, f.details = message, details or f.details
+        self.cell_findings.add(f.id)
+        return f
+
+    def _on_compile(self, ev: events.CompileEvent) -> Finding | None:
+        site_frame = ev.frames[0] if ev.frames else None
+        site = self._sites.setdefault(site_frame, _Site())
+        if ev.cached:
+            site.hits += 1
+            return None
+        graph = ev.graph
+        if graph is not None:
+            self.graphs[hex_hash(ev.graph_hash)] = strip_graph(graph)
+            self.graphs.move_to_end(hex_hash(ev.graph_hash))
+            while len(self.graphs) > KEEP_GRAPHS:
+                self.graphs.popitem(last=False)
+        if graph is None:
+            site.compiles += 1
+            return None
+        sig = graph_diff.signature(graph)
+        previous = site.signatures[-1] if site.signatures else None
+        steady = site.hits > 0 or site.compiles >= 2
+        site.compiles += 1
+        site.signatures.append(sig)
+        del site.signatures[:-KEEP_SIGNATURES]
+        if previous is None:
+            return None
+        same_ops = len(previous) == len(sig) and all(a.name == b.name for a, b in zip(previous, sig))
+        # The first compilations at a place are expected (the optimizer's state appears at step 2,
+        # which changes the ops); a variant with the same ops, or any variant once the place has
+        # settled, is a recompilation worth a word.
+        if not (steady or same_ops):
+            return None
+        change = graph_diff.first_change(previous, sig)
+        what, message, details = self._describe(change, graph, len(previous), len(sig))
+        frames = self.cells.user_frames(ev.frames)
+        details.append(
+            f"{site.compiles} graphs compiled at this place so far; this one took {ev.seconds:.2f} s"
+        )
+        return self._finding(
+            ("recompile", site_frame, what, message),
+            "recompile",
+            f"Recompiled: {what}",
+            message,
+            frames,
+            hex_hash(ev.graph_hash),
+            details,
+        )
+
+    def _describe(
+        self, change: graph_diff.Change, graph: Any, n_old: int, n_new: int
+    ) -> tuple[str, str, list[str]]:
+        """(what changed, the change itself, more lines) for a recompilation."""
+        details: list[str] = []
+        made = (
+            f" (made at {self.cells.label(change.made)}: {self.cells.source_line(change.made)})"
+            if change.made is not None
+            else ""
+        )
+        if change.kind == "input_shape":
+            node = graph.nodes[change.index]
+            name = _name_of(node, self.cells) or f"input {change.input_position}"
+            message = f"{name}: {change.old} → {change.new}"
+            for nbytes, frame in reversed(self._uploads):
+                if nbytes == graph_diff.type_bytes(change.new):
+                    details.append(
+                        f"sent to the device at {self.cells.label(frame)}: {self.cells.source_line(frame)}"
+                    )
+                    break
+            return "an input's shape changed", message, details
+        if not made:
+            details.append("run %xla_debug on to record the line that creates every op")
+        held_by = _name_of(graph.nodes[change.index], self.cells) if change.index is not None else None
+        if held_by is not None:
+            details.insert(0, f"the changed value is {held_by}")
+        if change.kind == "ops":
+            return "the ops changed", f"{change.old} became {change.new}{made}", details
+        if change.kind == "output_shape":
+            return "an op's output shape changed", f"{change.op}: {change.old} → {change.new}{made}", details
+        if change.kind == "baked_value":
+            details.insert(0, "a Python int/bool that changes between calls is baked into the graph: pass it "
+                              "as a tensor, or keep it constant")  # fmt: skip
+            return (
+                "a value baked into the graph changed",
+                f"an argument of {change.op} {change.new}{made}",
+                details,
+            )
+        if change.kind == "size":
+            return "the graph grew or shrank", f"{n_old} → {n_new} nodes", details
+        return (
+            "the compile settings changed",
+            "same graph; matmul precision, XLA_HLO_DEBUG or a precision switch",
+            [],
+        )
+
+    def _on_sync(self, ev: events.SyncEvent) -> Finding | None:
+        what = ACCESS_REASONS.get(ev.reason)
+        if what is None or ev.graph is None:
+            return None  # a step barrier, or a read of a value that was already computed
+        frames = self.cells.user_frames(ev.frames)
+        site = frames[0] if frames else None
+        nodes = len(ev.graph.nodes)
+        return self._finding(
+            ("transfer", ev.reason, site),
+            "transfer",
+            f"{what} cut the step",
+            f"{what} of a pending tensor compiled and ran its graph ({nodes} nodes) before the step's end",
+            frames,
+            hex_hash(ev.graph_hash),
+            [
+                "read the value after xm.mark_step(), or keep it on the device "
+                "(accumulate a tensor, read it once)"
+            ],
+        )
+
+    def _on_fallback(self, ev: events.FallbackEvent) -> Finding | None:
+        if ev.op == ITEM_OP:
+            return None
+        frames = self.cells.user_frames(ev.frames)
+        site = frames[0] if frames else None
+        details = ["its inputs were copied to the host, the op ran in eager PyTorch, the result came back"]
+        if ev.op in DYNAMIC_SHAPE_OPS:
+            details.append(
+                "its output shape depends on the data, so graphs that use it recompile as it changes"
+            )
+        return self._finding(
+            ("fallback", ev.op, site),
+            "fallback",
+            f"{ev.op} ran on the CPU",
+            f"{ev.op} has no XLA lowering",
+            frames,
+            "",
+            details,
+        )
+
+    def _warning_event(self, f: Finding) -> dict[str, Any]:
+        return {
+            "kind": "warning",
+            "time": time.time(),
+            "where": self.location(f.where),
+            "warning": self.as_json(f),
+        }
+
+    def location(self, f: Frame | None) -> dict[str, Any] | None:
+        return None if f is None else self.cells.location(f)
+
+    def as_json(self, f: Finding) -> dict[str, Any]:
+        cell = (
+            None
+            if f.cell is None
+            else {"execution_count": f.cell, "cell_id": self.cells.cell_ids.get(f.cell)}
+        )
+        return {
+            "id": f.id,
+            "category": f.category,
+            "cell": cell,
+            "title": f.title,
+            "message": f.message,
+            "details": list(f.details),
+            "where": self.location(f.where),
+            "frames": [self.cells.location(fr) for fr in f.frames],
+            "count": f.count,
+            "graph_hash": f.graph_hash,
+        }
+
+
+def _name_of(node: Any, cells: CellMap) -> str | None:
+    """The user's variable that holds ``node`` as its value, looked up in the frames on the stack.
+
+    Only identities are compared (``tensor._st.node is node``): nothing is read or computed.
+    """
+    from xlalab.runtime.tensor import XlaTensor
+
+    f = sys._getframe(1)
+    while f is not None:
+        file = f.f_code.co_filename
+        if not _is_runtime_library(file) and cells.is_user(Frame(file, f.f_lineno, f.f_code.co_name)):
+            for name, v in list(f.f_locals.items()):
+                if (
+                    isinstance(v, XlaTensor)
+                    and not v._chain
+                    and v._st.node is node
+                    and not name.startswith("_")
+                ):
+                    return name
+        f = f.f_back  # type: ignore[assignment]
+    return None
