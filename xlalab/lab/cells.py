@@ -31,6 +31,7 @@ class CellMap:
         self.shell = shell
         self.cell_ids: dict[int, str | None] = {}
         self.current: int | None = None  # execution count of the cell running now
+        self._is_user_file: dict[str, bool] = {}
 
     def start_cell(self, execution_count: int, cell_id: str | None) -> None:
         self.cell_ids[execution_count] = cell_id
@@ -48,8 +49,12 @@ class CellMap:
     def is_user(self, f: Frame) -> bool:
         if self.cell_of(f.file) is not None:
             return True
-        path = os.path.realpath(f.file) if not f.file.startswith("<") else f.file
-        return not path.startswith(_MACHINERY) and not f.file.startswith("<frozen")
+        known = self._is_user_file.get(f.file)
+        if known is None:  # resolved once per file: events arrive every step
+            path = os.path.realpath(f.file) if not f.file.startswith("<") else f.file
+            known = not path.startswith(_MACHINERY) and not path.startswith("<frozen")
+            self._is_user_file[f.file] = known
+        return known
 
     def user_frames(self, frames: Any) -> list[Frame]:
         # A cell magic's own line (``get_ipython().run_cell_magic(...)``) is plumbing, not user code.
