@@ -108,17 +108,31 @@ class StepperPanel:
             tooltip="run the last row's aten op in eager PyTorch on the CPU and diff",
             layout=widgets.Layout(width="auto"),
         )
+        self.divergence_button = widgets.Button(
+            description="Find divergence",
+            tooltip="run on comparing every row with eager; stop after the first that differs by over 1e-4",
+            layout=widgets.Layout(width="auto"),
+        )
         self.status = widgets.HTML()
         self.preview = widgets.HTML()
         self.listing = widgets.HTML()
         buttons = widgets.HBox(
-            [self.next_button, self.target, self.run_to_button, self.run_to_end_button, self.compare_button]
+            [
+                self.next_button,
+                self.target,
+                self.run_to_button,
+                self.run_to_end_button,
+                self.compare_button,
+                self.divergence_button,
+            ],
+            layout=widgets.Layout(flex_flow="row wrap"),
         )
         self.widget = widgets.VBox([self.current, buttons, self.status, self.preview, self.listing])
         self.next_button.on_click(lambda _: self._act(self.stepper.next))
         self.run_to_button.on_click(lambda _: self._act(self._run_to_target))
         self.run_to_end_button.on_click(lambda _: self._act(self.stepper.run_to_end))
         self.compare_button.on_click(lambda _: self._act(self._compare))
+        self.divergence_button.on_click(lambda _: self._act(self._divergence))
         self.refresh()
 
     def _run_to_target(self) -> None:
@@ -129,6 +143,12 @@ class StepperPanel:
 
     def _compare(self) -> str:
         return str(self.stepper.compare_with_eager())
+
+    def _divergence(self) -> str:
+        found = self.stepper.divergence()
+        if found is None:
+            return "no row differs from eager by more than 1e-4"
+        return f"first divergence: {found}"
 
     def _act(self, action: Any) -> None:
         """Run a button's action; its message or error goes to the status line, never lost
@@ -147,6 +167,7 @@ class StepperPanel:
         self.next_button.disabled = done
         self.run_to_button.disabled = done
         self.run_to_end_button.disabled = done
+        self.divergence_button.disabled = done
         self.compare_button.disabled = s.last is None
         colour = "#b00020" if error else "inherit"
         self.status.value = f"<span style='color:{colour}'>{_pre(message)}</span>" if message else ""
