@@ -314,3 +314,22 @@ def test_stripped_graphs_keep_no_device_data() -> None:
     s = strip_graph(g)
     assert all(n.value is None or n.op is ir.SCALAR for n in s.nodes)
     assert graph_text(s) == graph_text(g)
+
+
+def test_the_throttle_coalesces_and_always_delivers_the_last_poke() -> None:
+    import time
+
+    from xlalab.lab.throttle import Throttle
+
+    state = {"value": 0}
+    seen: list[int] = []
+    t = Throttle(0.1, lambda: seen.append(state["value"]))
+    for i in range(1, 2001):
+        state["value"] = i
+        t.poke()
+    deadline = time.monotonic() + 5
+    while (not seen or seen[-1] != 2000) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert seen[-1] == 2000  # the trailing call saw the latest state
+    assert len(seen) <= 3 + int(20 * (time.monotonic() - deadline + 5))  # a few calls, not 2000
+    t.close()
