@@ -149,6 +149,7 @@ class XlaMagics(Magics):
         return None
 
     def _run_measured(self, cell: str) -> None:
+        __tracebackhide__ = True  # IPython shows the user's frames, not the magic's
         before = render.snapshot()
         try:
             self._exec_cell(cell)
@@ -159,6 +160,7 @@ class XlaMagics(Magics):
     def _exec_cell(self, cell: str) -> None:
         """Run a cell body as IPython would: its lines keep their numbers in the cell (the magic's
         line is line 1), errors show with their traceback, the last expression is displayed."""
+        __tracebackhide__ = True
         shell = self.shell
         source = "\n" + shell.transform_cell(cell)
         filename = shell.compile.cache(source, shell.execution_count, raw_code="\n" + cell)

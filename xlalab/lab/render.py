@@ -15,7 +15,7 @@ from typing import Any
 from xlalab.runtime import metrics
 
 from .cells import CellMap
-from .watcher import Finding
+from .watcher import ITEM_OP, Finding
 
 _ICON = {"recompile": "⟳", "fallback": "⇣", "transfer": "⇄"}
 _COLOR = {"recompile": "#b45309", "fallback": "#b91c1c", "transfer": "#1d4ed8"}
@@ -98,7 +98,10 @@ def snapshot(last_compile_seconds: float = 0.0) -> dict[str, Any]:
             "bytes_to_device": int(total("OutboundData")),
             "bytes_from_device": int(total("InboundData")),
         },
-        "fallbacks": {k: int(v) for k, v in counters.items() if k.startswith("aten::") and v},
+        # .item() counts aten::_local_scalar_dense (as torch_xla does); it is a read, not an op on the CPU.
+        "fallbacks": {
+            k: int(v) for k, v in counters.items() if k.startswith("aten::") and k != ITEM_OP and v
+        },
         "counters": dict(counters),
         "metrics": ms,
     }

@@ -108,6 +108,8 @@ class Watcher:
         self._sites: dict[Frame | None, _Site] = {}
         self._keyed: dict[tuple[Any, ...], Finding] = {}
         self._uploads: list[tuple[int, Frame]] = []  # (bytes, where) of recent host -> device copies
+        self._cuts: dict[tuple[str, Frame | None], int] = {}  # reads that ran pending IR, per line, this cell
+        self._cell_steps = 0  # step barriers (mark_step) in the cell running now
         self._lock = threading.RLock()
         self._unsubscribe: Callable[[], None] | None = None
         self.compiling: dict[str, Any] | None = None
@@ -132,6 +134,8 @@ class Watcher:
     def start_cell(self) -> None:
         with self._lock:
             self.cell_findings.clear()
+            self._cell_steps = 0
+            self._cuts.clear()
 
     def findings_of_cell(self) -> list[Finding]:
         with self._lock:
@@ -345,13 +349,20 @@ class Watcher:
         )
 
     def _on_sync(self, ev: events.SyncEvent) -> Finding | None:
+        if ev.reason == "mark_step":
+            self._cell_steps += 1
         what = ACCESS_REASONS.get(ev.reason)
         if what is None or ev.graph is None:
             return None  # a step barrier, or a read of a value that was already computed
         frames = self.cells.user_frames(ev.frames)
         site = frames[0] if frames else None
+        cuts = self._cuts[(ev.reason, site)] = self._cuts.get((ev.reason, site), 0) + 1
+        # A single read in a cell that runs no steps is how a notebook looks at a value; a read that
+        # runs pending IR again and again, or in a cell that also runs steps, is cutting steps.
+        if cuts < 2 and self._cell_steps == 0:
+            return None
         nodes = len(ev.graph.nodes)
-        return self._finding(
+        finding = self._finding(
             ("transfer", ev.reason, site),
             "transfer",
             f"{what} cut the step",
@@ -363,6 +374,8 @@ class Watcher:
                 "(accumulate a tensor, read it once)"
             ],
         )
+        finding.count = max(finding.count, cuts)  # the reads before this one count too
+        return finding
 
     def _on_fallback(self, ev: events.FallbackEvent) -> Finding | None:
         if ev.op == ITEM_OP:
@@ -428,8 +441,8 @@ def _name_of(node: Any, cells: CellMap) -> str | None:
         if not _is_runtime_library(file) and cells.is_user(Frame(file, f.f_lineno, f.f_code.co_name)):
             for name, v in list(f.f_locals.items()):
                 if (
+                    # A view's base counts too: ``labels = upload.squeeze(1)`` names the upload.
                     isinstance(v, XlaTensor)
-                    and not v._chain
                     and v._st.node is node
                     and not name.startswith("_")
                 ):
