@@ -11,6 +11,7 @@ frontends; and ``text/plain`` carries the IR text as the last resort.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from typing import Any
@@ -66,7 +67,7 @@ def graph_payload(
         "v": 1,
         "hash": f"{graph.hash:x}",
         "title": title,
-        "dot": graph_dump.graph_dot(graph, max_nodes=max_nodes),
+        "dot": _cell_locations(graph_dump.graph_dot(graph, max_nodes=max_nodes), rows, cells),
         "num_nodes": total,
         "shown_nodes": len(rows),
         "nodes": [
@@ -75,13 +76,29 @@ def graph_payload(
                 "op": r.name,
                 "shape": r.shape,
                 "operands": r.operands,
-                "frames": [cells.location(f) for f in r.frames],
+                "frames": [cells.location(f) for f in cells.user_frames(r.frames)],
                 "roots": r.roots,
             }
             for r in rows
         ],
         "op_counts": [[name, n] for name, n in op_counts],
     }
+
+
+def _cell_locations(dot: str, rows: list[Any], cells: CellMap) -> str:
+    """Node labels say ``location=cell [3], line 2`` where the dump says ``<module>@2381.py:2``:
+    a notebook's cells are files with made-up names."""
+    seen: dict[str, str] = {}
+    for r in rows:
+        if r.frames:
+            f = r.frames[0]
+            if cells.cell_of(f.file) is not None:
+                seen[f"location={f.function}@{os.path.basename(f.file)}:{f.line}"] = (
+                    f"location={cells.label(f)} in {f.function}"
+                )
+    for old, new in seen.items():
+        dot = dot.replace(old, new)
+    return dot
 
 
 def dot_svg(dot: str, timeout: float = 20.0) -> str | None:

@@ -29,10 +29,21 @@ _LIB_DIRS = (
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,  # xlalab itself
 )
 _STDLIB_SKIP = ("contextlib.py", "functools.py", "<frozen ", "threading.py")
+# The machinery that runs a notebook cell sits below the cell's frame on every stack; matched
+# by name so that the runtime never imports it.
+_RUNNER_DIRS = tuple(
+    f"{os.sep}{name}{os.sep}"
+    for name in ("IPython", "ipykernel", "tornado", "asyncio", "jupyter_client", "nbclient")
+)
 
 
 def _is_library(filename: str) -> bool:
-    return filename.startswith(_LIB_DIRS) or filename.endswith(_STDLIB_SKIP) or filename.startswith("<frozen")
+    return (
+        filename.startswith(_LIB_DIRS)
+        or filename.endswith(_STDLIB_SKIP)
+        or filename.startswith("<frozen")
+        or any(d in filename for d in _RUNNER_DIRS)
+    )
 
 
 # How many frames events carry: at least 8, more when PT_XLA_DEBUG_MAX_FRAME asks for more.
