@@ -73,3 +73,28 @@ def test_a_compile_is_announced_before_it_starts(dev: torch.device, seen: list[e
     done = next(e for e in seen if isinstance(e, events.CompileEvent))
     assert (start.graph_hash, start.num_nodes, start.device) == (done.graph_hash, done.num_nodes, done.device)
     assert out.shape == (5, 31)
+
+
+def test_a_failed_compile_is_announced_too(dev: torch.device, seen: list[events.Event]) -> None:
+    from torch.ops import aten
+
+    from xlalab.runtime import graph
+    from xlalab.runtime.lowering.registry import LOWERINGS
+
+    original = LOWERINGS[aten.relu.default]
+
+    def broken(x):  # type: ignore[no-untyped-def]
+        raise ValueError("deliberately broken lowering")
+
+    LOWERINGS[aten.relu.default] = broken
+    try:
+        y = (torch.ones(3, 37, device=dev) * 2).relu()  # a shape no other test compiles
+        with pytest.raises(graph.LoweringError):
+            y.cpu()
+    finally:
+        LOWERINGS[aten.relu.default] = original
+        xlalab.runtime.tensor._pending.clear()
+    kinds = [e.kind for e in seen if e.kind.startswith("compile")]
+    assert kinds == ["compile_start", "compile_error"]
+    err = next(e for e in seen if isinstance(e, events.CompileErrorEvent))
+    assert "deliberately broken lowering" in err.error and err.num_nodes >= 3

@@ -187,6 +187,12 @@ def test_frontend_opened_comm_gets_hello_and_answers_requests(frontend: Frontend
     assert not bad["ok"] and "unknown request" in bad["error"]
     cleared = ask(6, what="clear")
     assert cleared["ok"]
+    # Every frontend hears of the clear (another tab may have asked for it).
+    frontend.wait_for(
+        lambda m: m["msg_type"] == "comm_msg"
+        and m["content"]["data"].get("type") == "update"
+        and m["content"]["data"].get("cleared") is True
+    )
     after = ask(7, what="snapshot")
     assert after["result"]["compiles"]["uncached"] == 0
     assert ask(8, what="warnings")["result"]["warnings"] == []

@@ -27,4 +27,9 @@ def unload_ipython_extension(shell: object) -> None:
 
     unload(shell)
 
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """Where ``jupyter labextension develop`` finds the prebuilt JupyterLab extension."""
+    return [{"src": "labextension", "dest": "xlalab-jupyterlab"}]
+
 __all__ = ["device", "devices", "mark_step", "sync", "wait_device_ops"]

@@ -123,8 +123,9 @@ class CommServer:
         else:
             self._throttle.poke()
 
-    def flush(self) -> None:
-        """Send one update with everything queued (called by the throttle, and at each cell's end)."""
+    def flush(self, cleared: bool = False) -> None:
+        """Send one update with everything queued (called by the throttle, and at each cell's end);
+        ``cleared`` tells every frontend that warnings and counters were just cleared."""
         with self._lock:
             if not self.comms:
                 self._queue.clear()
@@ -142,6 +143,8 @@ class CommServer:
                 "events": events,
                 "dropped": dropped,
             }
+            if cleared:
+                message["cleared"] = True
             comms = list(self.comms)
         for c in comms:
             self._send(c, message)
@@ -170,7 +173,7 @@ class CommServer:
             reply = {"v": PROTOCOL, "type": "reply", "id": rid, "ok": False, "error": f"{e}"}
         self._send(c, reply)
         if reply["ok"] and data.get("what") == "clear":
-            self.flush()
+            self.flush(cleared=True)
 
     def answer(self, req: dict[str, Any]) -> dict[str, Any]:
         what = req.get("what")
@@ -184,6 +187,9 @@ class CommServer:
         if what == "clear":
             metrics.clear_all()
             self.watcher.clear()
+            with self._lock:  # events from before the clear would bring cleared numbers back
+                self._queue.clear()
+                self._dropped = 0
             return {}
         if what == "graph":
             from .graphs import graph_payload

@@ -197,6 +197,19 @@ class Watcher:
             finding = self._on_compile(ev)
             if finding is not None:
                 out.append(self._warning_event(finding))
+        elif isinstance(ev, events.CompileErrorEvent):
+            self.compiling = None
+            out.append(
+                self._event(
+                    "compile_error",
+                    ev,
+                    graph_hash=hex_hash(ev.graph_hash),
+                    num_nodes=ev.num_nodes,
+                    seconds=ev.seconds,
+                    device=ev.device,
+                    error=ev.error,
+                )
+            )
         elif isinstance(ev, events.ExecuteEvent):
             out.append(self._event("execute", ev, graph_hash=hex_hash(ev.graph_hash), seconds=ev.seconds,
                                    device=ev.device))  # fmt: skip

@@ -50,6 +50,18 @@ class CompileStartEvent(Event):
 
 
 @dataclass(frozen=True)
+class CompileErrorEvent(Event):
+    """Lowering or compiling a graph failed (the error is raised to the user right after)."""
+
+    kind: str = field(init=False, default="compile_error")
+    graph_hash: int = 0
+    num_nodes: int = 0
+    seconds: float = 0.0
+    device: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class ExecuteEvent(Event):
     kind: str = field(init=False, default="execute")
     graph_hash: int = 0

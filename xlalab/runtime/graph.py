@@ -312,7 +312,9 @@ def compile_graph(graph: Graph, datas: list[Any], scalars: Any, reason: str = ""
         lowered = jax.jit(fn).lower(datas, scalars)
         executable = lowered.compile()
     except Exception as e:
-        raise _failure(graph, "Lowering" if lowered is None else "XLA failed to compile", e, lowered) from e
+        failure = _failure(graph, "Lowering" if lowered is None else "XLA failed to compile", e, lowered)
+        publish_compile_error(graph, f"xla:{graph.key[-1]}", t0, failure)
+        raise failure from e
     dt = time.perf_counter_ns() - t0
     metrics.record("CompileTime", dt)
     metrics.count("UncachedCompile")
@@ -331,6 +333,21 @@ def compile_graph(graph: Graph, datas: list[Any], scalars: Any, reason: str = ""
             )
         )
     return prog
+
+
+def publish_compile_error(graph: Graph, device: str, t0: int, error: Exception) -> None:
+    """Tell listeners a compile that started (CompileStartEvent) ended in an error."""
+    if events.listening():
+        events.publish(
+            events.CompileErrorEvent(
+                graph_hash=graph.hash,
+                num_nodes=len(graph.nodes),
+                seconds=(time.perf_counter_ns() - t0) / 1e9,
+                device=device,
+                error=str(error).split("\n", 1)[0],
+                frames=user_frames(),
+            )
+        )
 
 
 # --------------------------------------------------------------------------- execution

@@ -653,9 +653,10 @@ def _compile(
         lowered = jax.jit(fn).lower(datas, scalars)
         executable = lowered.compile()
     except Exception as e:
-        raise graph._failure(
-            first, "Lowering" if lowered is None else "XLA failed to compile", e, lowered
-        ) from e
+        what = "Lowering" if lowered is None else "XLA failed to compile"
+        failure = graph._failure(first, what, e, lowered)
+        graph.publish_compile_error(first, f"xla:{group.devices[0]}", t0, failure)
+        raise failure from e
     dt = time.perf_counter_ns() - t0
     metrics.record("CompileTime", dt)
     metrics.count("UncachedCompile")

@@ -1,0 +1,109 @@
+/**
+ * The graph MIME payload (`application/vnd.xlalab.graph+json`) and the decision
+ * whether to lay it out or to show a summary.
+ *
+ * Graphviz's layout time grows much faster than linearly with the node count; a
+ * 100k-node dot would hang the tab. The protocol says the extension lays out at most
+ * 2,000 dot nodes; past that, or for a dot text too large to parse quickly, the
+ * viewer shows the op counts table instead.
+ */
+import { SourceLocation, isObject, num, readLocation, str } from './protocol';
+
+export const GRAPH_MIME = 'application/vnd.xlalab.graph+json';
+
+export interface GraphNode {
+  id: string;
+  op: string;
+  shape: string;
+  frames: SourceLocation[];
+  roots: number[];
+}
+
+export interface GraphPayload {
+  hash: string;
+  title: string;
+  dot: string;
+  num_nodes: number;
+  shown_nodes: number;
+  nodes: GraphNode[];
+  op_counts: [string, number][];
+}
+
+export const MAX_LAYOUT_NODES = 2000;
+/** About 2,000 nodes with long labels and their edges; more dot text than this is not laid out. */
+export const MAX_DOT_CHARS = 1_500_000;
+
+export type GraphMode = { mode: 'layout' } | { mode: 'summary'; reason: string };
+
+export function readGraphPayload(value: unknown): GraphPayload | null {
+  if (!isObject(value)) {
+    return null;
+  }
+  const nodes: GraphNode[] = [];
+  if (Array.isArray(value.nodes)) {
+    for (const raw of value.nodes) {
+      if (!isObject(raw) || typeof raw.id !== 'string') {
+        continue;
+      }
+      nodes.push({
+        id: raw.id,
+        op: str(raw.op),
+        shape: str(raw.shape),
+        frames: Array.isArray(raw.frames)
+          ? raw.frames.map(readLocation).filter((f): f is SourceLocation => f !== null)
+          : [],
+        roots: Array.isArray(raw.roots) ? raw.roots.filter((r): r is number => typeof r === 'number') : []
+      });
+    }
+  }
+  const opCounts: [string, number][] = [];
+  if (Array.isArray(value.op_counts)) {
+    for (const pair of value.op_counts) {
+      if (Array.isArray(pair) && typeof pair[0] === 'string') {
+        opCounts.push([pair[0], num(pair[1])]);
+      }
+    }
+  }
+  const numNodes = num(value.num_nodes, nodes.length);
+  return {
+    hash: str(value.hash),
+    title: str(value.title),
+    dot: str(value.dot),
+    num_nodes: numNodes,
+    shown_nodes: num(value.shown_nodes, numNodes),
+    nodes,
+    op_counts: opCounts
+  };
+}
+
+/** Counts node statements in dot text: the payload's `shown_nodes` may be absent or wrong. */
+export function countDotNodes(dot: string): number {
+  const names = new Set<string>();
+  for (const match of dot.matchAll(/^\s*"?(node\d+)"?\s*\[/gm)) {
+    names.add(match[1]);
+  }
+  return names.size;
+}
+
+export function chooseGraphMode(
+  payload: GraphPayload,
+  limits = { maxNodes: MAX_LAYOUT_NODES, maxDotChars: MAX_DOT_CHARS }
+): GraphMode {
+  if (!payload.dot.trim()) {
+    return { mode: 'summary', reason: 'The payload has no dot text.' };
+  }
+  if (payload.dot.length > limits.maxDotChars) {
+    return {
+      mode: 'summary',
+      reason: `The dot text is ${payload.dot.length.toLocaleString('en-US')} characters, too large to lay out in the browser.`
+    };
+  }
+  const shown = Math.max(payload.shown_nodes, countDotNodes(payload.dot));
+  if (shown > limits.maxNodes) {
+    return {
+      mode: 'summary',
+      reason: `The graph has ${shown.toLocaleString('en-US')} nodes; at most ${limits.maxNodes.toLocaleString('en-US')} are laid out.`
+    };
+  }
+  return { mode: 'layout' };
+}

@@ -1,0 +1,229 @@
+/**
+ * The graph viewer: renders an `application/vnd.xlalab.graph+json` payload as a
+ * Graphviz drawing with pan, zoom and a node inspector, or as an op-count summary
+ * when the graph is too large to lay out.
+ */
+import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+import { Widget } from '@lumino/widgets';
+
+import { h, replaceChildren } from './dom';
+import { formatCount, shortHash, truncate } from './format';
+import { GRAPH_MIME, GraphNode, GraphPayload, chooseGraphMode, readGraphPayload } from './graphpolicy';
+import { layoutDot } from './layout';
+import { PanZoom, parseViewBox } from './panzoom';
+import { sanitizeSvg } from './svgsanitize';
+
+function testId(id: string): Record<string, string> {
+  return { 'data-testid': id };
+}
+
+export class GraphView extends Widget implements IRenderMime.IRenderer {
+  private _panZoom: PanZoom | null = null;
+  private _nodes = new Map<string, GraphNode>();
+  private _selected: Element | null = null;
+  private readonly _header = h('div', { class: 'xlalab-Graph-header' });
+  private readonly _toolbar = h('div', { class: 'xlalab-Graph-toolbar' });
+  private readonly _canvas = h('div', { class: 'xlalab-Graph-canvas' });
+  private readonly _inspector = h('div', { class: 'xlalab-Graph-inspector' });
+
+  constructor() {
+    super();
+    this.addClass('xlalab-Graph');
+    this.node.setAttribute('data-testid', 'xlalab-graph');
+    replaceChildren(this.node, this._header, this._toolbar, this._canvas, this._inspector);
+    this._canvas.addEventListener('click', this._onCanvasClick);
+  }
+
+  async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
+    await this.renderPayload(model.data[GRAPH_MIME]);
+  }
+
+  /** Renders a payload (from an output, or from a `graph` request's reply). */
+  async renderPayload(raw: unknown): Promise<void> {
+    const payload = readGraphPayload(raw);
+    this._reset();
+    if (!payload) {
+      replaceChildren(this._canvas, h('p', { class: 'xlalab-Graph-message' }, 'Not a graph payload.'));
+      return;
+    }
+    this._nodes = new Map(payload.nodes.map(n => [n.id, n]));
+    this._renderHeader(payload);
+    const mode = chooseGraphMode(payload);
+    if (mode.mode === 'summary') {
+      this._renderSummary(payload, mode.reason);
+      return;
+    }
+    replaceChildren(this._canvas, h('p', { class: 'xlalab-Graph-message' }, 'Laying out the graph…'));
+    let svgText: string;
+    try {
+      svgText = await layoutDot(payload.dot);
+    } catch (error) {
+      this._renderSummary(payload, (error as Error).message);
+      return;
+    }
+    if (this.isDisposed) {
+      return;
+    }
+    const svg = sanitizeSvg(svgText);
+    const home = svg && parseViewBox(svg.getAttribute('viewBox'));
+    if (!svg || !home) {
+      this._renderSummary(payload, 'Graphviz returned no usable drawing.');
+      return;
+    }
+    // The drawing fills the canvas; the viewBox does the zooming.
+    svg.setAttribute('width', '100%');
+    svg.setAttribute('height', '100%');
+    svg.classList.add('xlalab-Graph-svg');
+    replaceChildren(this._canvas, svg);
+    this._panZoom = new PanZoom(svg, home);
+    this._renderToolbar();
+  }
+
+  dispose(): void {
+    this._canvas.removeEventListener('click', this._onCanvasClick);
+    super.dispose();
+  }
+
+  // -------------------------------------------------------------------------
+
+  private _reset(): void {
+    this._panZoom = null;
+    this._selected = null;
+    this._nodes.clear();
+    replaceChildren(this._header);
+    replaceChildren(this._toolbar);
+    replaceChildren(this._inspector);
+    this._inspector.removeAttribute('data-testid');
+    this._canvas.classList.remove('xlalab-mod-summary');
+  }
+
+  private _renderHeader(payload: GraphPayload): void {
+    const shown =
+      payload.shown_nodes < payload.num_nodes
+        ? `${formatCount(payload.shown_nodes)} of ${formatCount(payload.num_nodes)} nodes shown`
+        : `${formatCount(payload.num_nodes)} nodes`;
+    replaceChildren(
+      this._header,
+      h('span', { class: 'xlalab-Graph-title' }, truncate(payload.title || 'XLA graph', 200)),
+      h(
+        'span',
+        { class: 'xlalab-Graph-meta' },
+        // The kernel's titles usually name the hash already.
+        payload.hash && !payload.title.includes(payload.hash)
+          ? `graph ${shortHash(payload.hash)}, ${shown}`
+          : shown
+      )
+    );
+  }
+
+  private _renderToolbar(): void {
+    const button = (id: string, label: string, title: string, action: () => void): HTMLButtonElement =>
+      h(
+        'button',
+        {
+          class: 'jp-Button xlalab-Button',
+          attrs: { 'data-testid': id, title, type: 'button' },
+          on: { click: action }
+        },
+        label
+      );
+    replaceChildren(
+      this._toolbar,
+      button('xlalab-graph-zoom-in', '+', 'Zoom in', () => this._panZoom?.zoomIn()),
+      button('xlalab-graph-zoom-out', '−', 'Zoom out', () => this._panZoom?.zoomOut()),
+      button('xlalab-graph-fit', 'Fit', 'Fit the whole graph', () => this._panZoom?.fit()),
+      h('span', { class: 'xlalab-Graph-hint' }, 'wheel to zoom, drag to pan, click a node for details')
+    );
+  }
+
+  private _renderSummary(payload: GraphPayload, reason: string): void {
+    const rows = [...payload.op_counts]
+      .sort((a, b) => b[1] - a[1])
+      .map(([op, count]) =>
+        h('tr', {}, h('td', {}, op), h('td', { class: 'xlalab-Num' }, formatCount(count)))
+      );
+    replaceChildren(
+      this._canvas,
+      h(
+        'div',
+        { class: 'xlalab-Graph-summary', attrs: testId('xlalab-graph-summary') },
+        h('p', {}, reason, ' Op counts instead:'),
+        h(
+          'table',
+          { class: 'xlalab-Table' },
+          h('thead', {}, h('tr', {}, h('th', {}, 'op'), h('th', {}, 'count'))),
+          h('tbody', {}, ...rows)
+        )
+      )
+    );
+    this._canvas.classList.add('xlalab-mod-summary');
+  }
+
+  /** Clicks on a drawn node show its op, shape and source frames. */
+  private _onCanvasClick = (event: MouseEvent): void => {
+    const target = event.target as Element | null;
+    const group = target?.closest?.('g.node');
+    if (!group) {
+      return;
+    }
+    // Graphviz puts the dot node name (`node<N>`) in the group's <title>.
+    const name = group.querySelector('title')?.textContent?.trim() ?? '';
+    this._selected?.classList.remove('xlalab-mod-selected');
+    group.classList.add('xlalab-mod-selected');
+    this._selected = group;
+    this._showNode(name, this._nodes.get(name));
+  };
+
+  private _showNode(name: string, node: GraphNode | undefined): void {
+    this._inspector.setAttribute('data-testid', 'xlalab-graph-inspector');
+    const close = h(
+      'button',
+      {
+        class: 'xlalab-Graph-close',
+        attrs: { title: 'Close', type: 'button' },
+        on: {
+          click: () => {
+            replaceChildren(this._inspector);
+            this._inspector.removeAttribute('data-testid');
+            this._selected?.classList.remove('xlalab-mod-selected');
+            this._selected = null;
+          }
+        }
+      },
+      '×'
+    );
+    if (!node) {
+      replaceChildren(this._inspector, close, h('p', {}, `${name}: no details (an elided run of nodes).`));
+      return;
+    }
+    const field = (label: string, value: string): HTMLElement =>
+      h(
+        'div',
+        { class: 'xlalab-Field' },
+        h('span', { class: 'xlalab-Field-label' }, label),
+        h('code', {}, value)
+      );
+    replaceChildren(
+      this._inspector,
+      close,
+      field('node', node.id),
+      field('op', node.op),
+      field('shape', node.shape || '—'),
+      node.roots.length ? field('root of outputs', node.roots.join(', ')) : null,
+      h('div', { class: 'xlalab-Field-label' }, node.frames.length ? 'source' : 'no source frames'),
+      h(
+        'ol',
+        { class: 'xlalab-Frames' },
+        ...node.frames.map(f => h('li', {}, h('code', {}, f.label), f.function ? ` in ${f.function}` : ''))
+      )
+    );
+  }
+}
+
+export const graphRendererFactory: IRenderMime.IRendererFactory = {
+  // The SVG is rebuilt from an allowlist and all text goes in as text, so untrusted
+  // notebooks may render it too.
+  safe: true,
+  mimeTypes: [GRAPH_MIME],
+  createRenderer: () => new GraphView()
+};

@@ -1,0 +1,367 @@
+/**
+ * The sidebar panel: live numbers, fallbacks, timeline and warnings of the active
+ * notebook's kernel.
+ *
+ * The DOM is built once; each model change rewrites texts and rebuilds the lists.
+ * Every piece of kernel text goes in through `h`/`setText` (text nodes only).
+ */
+import { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+
+import { ActiveKernel } from './current';
+import { h, replaceChildren, setText } from './dom';
+import { formatBytes, formatCount, formatElapsed, formatSeconds, shortHash } from './format';
+import { KernelModel } from './model';
+import { SourceLocation } from './protocol';
+import { layoutTimeline, renderTimeline } from './timeline';
+import { renderWarnings } from './warninglist';
+
+export const PANEL_ID = 'xlalab-panel';
+
+/** What the panel asks its host to do; index.ts wires these to JupyterLab. */
+export interface PanelActions {
+  jumpTo(where: SourceLocation): void;
+  openGraph(graphHash: string): void;
+}
+
+/** How often the "compiling… N s" text and the growing bar are redrawn. */
+const TICK_MS = 200;
+
+function testId(id: string): Record<string, string> {
+  return { 'data-testid': id };
+}
+
+/** A number cell of the stats grid: its element holds only the number (DOM contract). */
+function stat(id: string): HTMLSpanElement {
+  return h('span', { class: 'xlalab-Stat-value', attrs: testId(id) }, '0');
+}
+
+export class XlaPanel extends Widget {
+  private _model: KernelModel | null = null;
+  private _unsubscribe: (() => void) | null = null;
+  private _ticker: ReturnType<typeof setInterval> | null = null;
+  private _dirty = true;
+  /** the model's warningsVersion the list shows (-1: none yet) */
+  private _renderedWarnings = -1;
+
+  private readonly _state = h('div', { class: 'xlalab-State', attrs: testId('xlalab-state') });
+  private readonly _compilingSlot = h('div', { class: 'xlalab-CompilingSlot' });
+  private readonly _body = h('div', { class: 'xlalab-Body' });
+  private readonly _stats = {
+    uncached: stat('xlalab-compiles-uncached'),
+    cached: stat('xlalab-compiles-cached'),
+    timeLast: stat('xlalab-compile-time-last'),
+    timeTotal: stat('xlalab-compile-time-total'),
+    executions: stat('xlalab-executions'),
+    executeTime: stat('xlalab-execute-time'),
+    transfersTo: stat('xlalab-transfers-to'),
+    transfersFrom: stat('xlalab-transfers-from'),
+    fallbacks: stat('xlalab-fallbacks')
+  };
+  private readonly _transferRow = h('div', { class: 'xlalab-Stat' });
+  private readonly _fallbackList = h('ul', { class: 'xlalab-FallbackList' });
+  private readonly _timeline = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
+  private readonly _warningCount = h('span', { class: 'xlalab-Count' });
+  private readonly _warnings = h('ul', { class: 'xlalab-Warnings', attrs: testId('xlalab-warnings') });
+  private readonly _notice = h('div', { class: 'xlalab-Notice' });
+  private readonly _report = h('pre', { class: 'xlalab-Report' });
+
+  constructor(
+    private readonly _active: ActiveKernel,
+    private readonly _actions: PanelActions
+  ) {
+    super();
+    this.id = PANEL_ID;
+    this.addClass('xlalab-Panel');
+    this.title.caption = 'XLA';
+    this._timeline.setAttribute('data-testid', 'xlalab-timeline');
+    this._timeline.setAttribute('class', 'xlalab-Timeline');
+    this._buildDom();
+    _active.changed.connect(this._follow, this);
+    this._follow();
+  }
+
+  dispose(): void {
+    this._detach();
+    this._active.changed.disconnect(this._follow, this);
+    super.dispose();
+  }
+
+  protected onAfterShow(_: Message): void {
+    if (this._dirty) {
+      this._render();
+    }
+  }
+
+  // -------------------------------------------------------------------------
+
+  private _buildDom(): void {
+    const s = this._stats;
+    const row = (label: string, ...values: (Node | string)[]): HTMLElement =>
+      h(
+        'div',
+        { class: 'xlalab-Stat' },
+        h('span', { class: 'xlalab-Stat-label' }, label),
+        h('span', {}, ...values)
+      );
+    replaceChildren(
+      this._transferRow,
+      h('span', { class: 'xlalab-Stat-label' }, 'Transfers'),
+      h('span', {}, s.transfersTo, ' to device, ', s.transfersFrom, ' from device')
+    );
+    const button = (label: string, title: string, onClick: () => void): HTMLButtonElement =>
+      h(
+        'button',
+        { class: 'jp-Button xlalab-Button', attrs: { title, type: 'button' }, on: { click: onClick } },
+        label
+      );
+
+    replaceChildren(
+      this._body,
+      h(
+        'section',
+        { class: 'xlalab-Section' },
+        row('Compiles', s.uncached, ' uncached, ', s.cached, ' cached'),
+        row('Compile time', s.timeLast, ' last, ', s.timeTotal, ' total'),
+        row('Executions', s.executions, ' in ', s.executeTime),
+        this._transferRow,
+        row('CPU fallbacks', s.fallbacks)
+      ),
+      this._fallbackList,
+      h('section', { class: 'xlalab-Section' }, h('h3', {}, 'Timeline'), this._timeline),
+      h('section', { class: 'xlalab-Section' }, h('h3', {}, 'Warnings ', this._warningCount), this._warnings),
+      h(
+        'div',
+        { class: 'xlalab-Toolbar' },
+        button('Refresh', 'Ask the kernel for a fresh snapshot', () => void this._request('snapshot')),
+        button('Metrics report', "Show torch_xla's metrics report", () => void this._showReport()),
+        button(
+          'Clear',
+          'Clear counters, metrics and warnings in the kernel',
+          () => void this._request('clear')
+        )
+      ),
+      this._notice,
+      this._report
+    );
+    replaceChildren(
+      this.node,
+      h('header', { class: 'xlalab-Header' }, h('h2', {}, 'XLA')),
+      this._state,
+      this._compilingSlot,
+      this._body
+    );
+  }
+
+  /** Switches to the active notebook's model. */
+  private _follow(): void {
+    this._detach();
+    this._model = this._active.bridge?.model ?? null;
+    this._renderedWarnings = -1;
+    if (this._model) {
+      this._unsubscribe = this._model.subscribe(() => this._changed());
+    }
+    setText(this._notice, '');
+    setText(this._report, '');
+    this._changed();
+  }
+
+  private _detach(): void {
+    this._unsubscribe?.();
+    this._unsubscribe = null;
+    this._stopTicker();
+  }
+
+  private _changed(): void {
+    this._dirty = true;
+    if (this.isVisible) {
+      this._render();
+    }
+    // The ticker runs while compiling, visible or not, so it stops when the compile ends.
+    if (this._model?.compiling) {
+      this._startTicker();
+    } else {
+      this._stopTicker();
+    }
+  }
+
+  private _startTicker(): void {
+    if (this._ticker === null) {
+      this._ticker = setInterval(() => {
+        if (this.isVisible) {
+          this._renderCompiling();
+          this._renderTimeline();
+        }
+      }, TICK_MS);
+    }
+  }
+
+  private _stopTicker(): void {
+    if (this._ticker !== null) {
+      clearInterval(this._ticker);
+      this._ticker = null;
+    }
+  }
+
+  // -------------------------------------------------------------------------
+  // Rendering
+
+  private _render(): void {
+    this._dirty = false;
+    const model = this._model;
+    this._renderState();
+    const connected = model?.status === 'connected';
+    this._body.classList.toggle('xlalab-mod-hidden', !connected);
+    this._renderCompiling();
+    if (!model || !connected) {
+      return;
+    }
+    const snap = model.snapshot;
+    const s = this._stats;
+    setText(s.uncached, formatCount(snap.compiles.uncached));
+    setText(s.cached, formatCount(snap.compiles.cached));
+    setText(s.timeLast, formatSeconds(snap.compiles.seconds_last));
+    setText(s.timeTotal, formatSeconds(snap.compiles.seconds_total));
+    setText(s.executions, formatCount(snap.executions.count));
+    setText(s.executeTime, formatSeconds(snap.executions.seconds_total));
+    setText(s.transfersTo, formatCount(snap.transfers.to_device));
+    setText(s.transfersFrom, formatCount(snap.transfers.from_device));
+    this._transferRow.title =
+      `${formatBytes(snap.transfers.bytes_to_device)} to device, ` +
+      `${formatBytes(snap.transfers.bytes_from_device)} from device`;
+    setText(s.fallbacks, formatCount(model.fallbackTotal()));
+    replaceChildren(
+      this._fallbackList,
+      ...model
+        .fallbackList()
+        .map(([op, count]) =>
+          h(
+            'li',
+            { class: 'xlalab-FallbackOp', attrs: { 'data-testid': 'xlalab-fallback-op', 'data-op': op } },
+            `${op} × ${count}`
+          )
+        )
+    );
+    this._renderTimeline();
+    // Rebuilt only when they changed: a rebuild would drop keyboard focus on an item.
+    if (model.warningsVersion !== this._renderedWarnings) {
+      this._renderedWarnings = model.warningsVersion;
+      const warnings = model.warningList();
+      setText(this._warningCount, warnings.length ? `(${warnings.length})` : '');
+      renderWarnings(this._warnings, warnings, where => this._actions.jumpTo(where));
+    }
+  }
+
+  private _renderState(): void {
+    const model = this._model;
+    const el = this._state;
+    let text: string;
+    let status: string = model?.status ?? 'no-kernel';
+    if (!this._active.panel) {
+      status = 'no-kernel';
+      text = 'no kernel: open a notebook to see what its XLA device does.';
+    } else if (!model) {
+      status = 'no-kernel';
+      text = this._active.panel.sessionContext.hasNoKernel
+        ? 'no kernel: select a kernel for this notebook.'
+        : 'no kernel yet: the notebook’s kernel is starting…';
+    } else {
+      switch (model.status) {
+        case 'probing':
+          text = 'checking the kernel for xlalab…';
+          break;
+        case 'not-enabled':
+          replaceChildren(
+            el,
+            'xlalab is not enabled in this kernel. Run ',
+            h('code', {}, '%load_ext xlalab'),
+            ' in a cell to enable it.'
+          );
+          el.dataset.status = model.status;
+          return;
+        case 'connected': {
+          const hello = model.hello;
+          const where = hello ? [hello.platform, hello.devices.join(', ')].filter(Boolean).join(', ') : '';
+          text = `connected: xlalab ${hello?.xlalab ?? '?'}${where ? ` on ${where}` : ''}`;
+          if (hello?.pid) {
+            text += ` (pid ${hello.pid})`;
+          }
+          break;
+        }
+        case 'mismatch':
+          text = model.mismatchMessage;
+          break;
+        case 'restarting':
+          text = 'the kernel is restarting…';
+          break;
+        case 'dead':
+          text = 'the kernel is dead.';
+          break;
+      }
+    }
+    el.dataset.status = status;
+    replaceChildren(el, text);
+  }
+
+  private _renderCompiling(): void {
+    const compiling = this._model?.compiling;
+    const seconds = this._model?.compilingSeconds();
+    if (!compiling || seconds === null || seconds === undefined) {
+      replaceChildren(this._compilingSlot);
+      return;
+    }
+    const nodes = compiling.numNodes !== null ? `, ${compiling.numNodes} nodes` : '';
+    const text = `compiling graph ${shortHash(compiling.graphHash)} (${formatElapsed(seconds)})${nodes}`;
+    let el = this._compilingSlot.firstElementChild as HTMLElement | null;
+    if (!el) {
+      el = h('div', { class: 'xlalab-Compiling', attrs: testId('xlalab-compiling') });
+      this._compilingSlot.appendChild(el);
+    }
+    setText(el, text);
+    el.title = compiling.where?.label ? `started at ${compiling.where.label}` : '';
+  }
+
+  private _renderTimeline(): void {
+    const model = this._model;
+    if (!model) {
+      return;
+    }
+    const width = Math.max(120, (this._timeline.parentElement?.clientWidth ?? 0) - 4) || 260;
+    const layout = layoutTimeline(model.events, model.compiling, model.kernelNow(), width);
+    renderTimeline(this._timeline, layout, width, hash => this._actions.openGraph(hash));
+  }
+
+  // -------------------------------------------------------------------------
+  // Requests
+
+  private async _request(what: string): Promise<void> {
+    const bridge = this._active.bridge;
+    if (!bridge) {
+      return;
+    }
+    try {
+      const result = await bridge.request(what);
+      if (what === 'snapshot' && bridge.model === this._model) {
+        // A fresh snapshot arrives as a reply, not an update: apply it like one.
+        bridge.model.applySnapshot(result);
+      }
+      setText(this._notice, '');
+    } catch (error) {
+      setText(this._notice, `${what} failed: ${(error as Error).message}`);
+    }
+  }
+
+  private async _showReport(): Promise<void> {
+    const bridge = this._active.bridge;
+    if (!bridge) {
+      return;
+    }
+    try {
+      const result = (await bridge.request('metrics_report', { short: false })) as { text?: unknown };
+      setText(this._report, typeof result?.text === 'string' ? result.text : '');
+      setText(this._notice, '');
+    } catch (error) {
+      setText(this._notice, `metrics report failed: ${(error as Error).message}`);
+    }
+  }
+}

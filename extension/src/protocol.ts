@@ -1,0 +1,251 @@
+/**
+ * The message shapes of the xlalab comm protocol, version 1 (docs/lab-protocol.md),
+ * and the functions that turn untrusted JSON into them.
+ *
+ * Everything that arrives from the kernel goes through a `read*` function here: the
+ * kernel is another program, so a missing or mistyped field becomes a safe default
+ * instead of an exception in the middle of rendering.
+ */
+
+/** The protocol version this extension speaks. */
+export const PROTOCOL_VERSION = 1;
+
+/** The comm target name, used in both directions. */
+export const COMM_TARGET = 'xlalab';
+
+export interface CellRef {
+  execution_count: number | null;
+  cell_id: string | null;
+}
+
+export interface SourceLocation {
+  file: string;
+  line: number;
+  function: string;
+  label: string;
+  cell: CellRef | null;
+}
+
+export interface CompileTotals {
+  uncached: number;
+  cached: number;
+  seconds_total: number;
+  seconds_last: number;
+}
+
+export interface Snapshot {
+  time: number;
+  compiles: CompileTotals;
+  executions: { count: number; seconds_total: number };
+  transfers: {
+    to_device: number;
+    from_device: number;
+    bytes_to_device: number;
+    bytes_from_device: number;
+  };
+  /** op name -> how often it ran on the CPU */
+  fallbacks: Record<string, number>;
+}
+
+export type WarningCategory = 'recompile' | 'fallback' | 'transfer';
+
+export interface XlaWarning {
+  id: number;
+  category: WarningCategory;
+  title: string;
+  message: string;
+  where: SourceLocation | null;
+  frames: SourceLocation[];
+  count: number;
+  graph_hash: string | null;
+}
+
+/** One event of an `update`; `kind`-specific fields stay as sent. */
+export interface XlaEvent {
+  kind: string;
+  time: number;
+  where: SourceLocation | null;
+  graph_hash?: string;
+  num_nodes?: number;
+  seconds?: number;
+  cached?: boolean;
+  device?: string;
+  reason?: string;
+  direction?: string;
+  nbytes?: number;
+  op?: string;
+  warning?: XlaWarning;
+}
+
+export interface Hello {
+  xlalab: string;
+  pid: number | null;
+  platform: string;
+  devices: string[];
+  settings: Record<string, unknown>;
+}
+
+// ---------------------------------------------------------------------------
+// Readers: untrusted JSON -> typed values with defaults.
+
+type Json = Record<string, unknown>;
+
+export function isObject(value: unknown): value is Json {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+export function num(value: unknown, fallback = 0): number {
+  return typeof value === 'number' && Number.isFinite(value) ? value : fallback;
+}
+
+export function str(value: unknown, fallback = ''): string {
+  return typeof value === 'string' ? value : fallback;
+}
+
+function strOrNull(value: unknown): string | null {
+  return typeof value === 'string' ? value : null;
+}
+
+export function readCellRef(value: unknown): CellRef | null {
+  if (!isObject(value)) {
+    return null;
+  }
+  const count = value.execution_count;
+  return {
+    execution_count: typeof count === 'number' && Number.isFinite(count) ? count : null,
+    cell_id: strOrNull(value.cell_id)
+  };
+}
+
+export function readLocation(value: unknown): SourceLocation | null {
+  if (!isObject(value)) {
+    return null;
+  }
+  const file = str(value.file);
+  const line = num(value.line);
+  return {
+    file,
+    line,
+    function: str(value.function),
+    label: str(value.label) || (file ? `${file}:${line}` : ''),
+    cell: readCellRef(value.cell)
+  };
+}
+
+export function emptySnapshot(): Snapshot {
+  return {
+    time: 0,
+    compiles: { uncached: 0, cached: 0, seconds_total: 0, seconds_last: 0 },
+    executions: { count: 0, seconds_total: 0 },
+    transfers: { to_device: 0, from_device: 0, bytes_to_device: 0, bytes_from_device: 0 },
+    fallbacks: {}
+  };
+}
+
+export function readSnapshot(value: unknown): Snapshot {
+  const snap = emptySnapshot();
+  if (!isObject(value)) {
+    return snap;
+  }
+  snap.time = num(value.time);
+  const c = isObject(value.compiles) ? value.compiles : {};
+  snap.compiles = {
+    uncached: num(c.uncached),
+    cached: num(c.cached),
+    seconds_total: num(c.seconds_total),
+    seconds_last: num(c.seconds_last)
+  };
+  const e = isObject(value.executions) ? value.executions : {};
+  snap.executions = { count: num(e.count), seconds_total: num(e.seconds_total) };
+  const t = isObject(value.transfers) ? value.transfers : {};
+  snap.transfers = {
+    to_device: num(t.to_device),
+    from_device: num(t.from_device),
+    bytes_to_device: num(t.bytes_to_device),
+    bytes_from_device: num(t.bytes_from_device)
+  };
+  if (isObject(value.fallbacks)) {
+    // A plain object keyed by op names from the kernel: copy into a prototype-less
+    // map so an op called "__proto__" stays an ordinary key.
+    const fallbacks: Record<string, number> = Object.create(null);
+    for (const [op, count] of Object.entries(value.fallbacks)) {
+      fallbacks[op] = num(count);
+    }
+    snap.fallbacks = fallbacks;
+  }
+  return snap;
+}
+
+const CATEGORIES: readonly string[] = ['recompile', 'fallback', 'transfer'];
+
+export function readWarning(value: unknown): XlaWarning | null {
+  if (!isObject(value) || typeof value.id !== 'number') {
+    return null;
+  }
+  const category = str(value.category);
+  const where = readLocation(value.where);
+  const frames = Array.isArray(value.frames)
+    ? value.frames.map(readLocation).filter((f): f is SourceLocation => f !== null)
+    : [];
+  // The warning's own `cell` backs up a `where` that lacks one.
+  const cell = readCellRef(value.cell);
+  if (where && !where.cell && cell) {
+    where.cell = cell;
+  }
+  return {
+    id: value.id,
+    category: (CATEGORIES.includes(category) ? category : 'recompile') as WarningCategory,
+    title: str(value.title),
+    message: str(value.message),
+    where,
+    frames,
+    count: num(value.count, 1),
+    graph_hash: strOrNull(value.graph_hash)
+  };
+}
+
+export function readEvent(value: unknown): XlaEvent | null {
+  if (!isObject(value) || typeof value.kind !== 'string') {
+    return null;
+  }
+  const event: XlaEvent = {
+    kind: value.kind,
+    time: num(value.time),
+    where: readLocation(value.where)
+  };
+  if (typeof value.graph_hash === 'string') {
+    event.graph_hash = value.graph_hash;
+  }
+  for (const key of ['num_nodes', 'seconds', 'nbytes'] as const) {
+    if (typeof value[key] === 'number') {
+      event[key] = value[key] as number;
+    }
+  }
+  for (const key of ['device', 'reason', 'direction', 'op'] as const) {
+    if (typeof value[key] === 'string') {
+      event[key] = value[key] as string;
+    }
+  }
+  if (typeof value.cached === 'boolean') {
+    event.cached = value.cached;
+  }
+  if (value.kind === 'warning') {
+    const warning = readWarning(value.warning);
+    if (warning) {
+      event.warning = warning;
+    }
+  }
+  return event;
+}
+
+export function readHello(value: Json): Hello {
+  return {
+    xlalab: str(value.xlalab, '?'),
+    pid: typeof value.pid === 'number' ? value.pid : null,
+    platform: str(value.platform),
+    devices: Array.isArray(value.devices)
+      ? value.devices.filter((d): d is string => typeof d === 'string')
+      : [],
+    settings: isObject(value.settings) ? value.settings : {}
+  };
+}
