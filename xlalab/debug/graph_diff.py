@@ -15,31 +15,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from xlalab.runtime.dtypes import short_name
 from xlalab.runtime.frames import Frame
 
-_DTYPE_SHORT = {
-    "float32": "f32",
-    "float64": "f64",
-    "float16": "f16",
-    "bfloat16": "bf16",
-    "int64": "s64",
-    "int32": "s32",
-    "int16": "s16",
-    "int8": "s8",
-    "uint8": "u8",
-    "bool": "pred",
-    "complex64": "c64",
-    "complex128": "c128",
-}
 _SHORT_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "s64": 8, "s32": 4, "s16": 2,
                 "s8": 1, "u8": 1, "pred": 1, "c64": 8, "c128": 16}  # fmt: skip
 
 
 def type_str(shape: Any, dtype: Any) -> str:
     """torch_xla's short type notation without layout: ``f32[64,1,28,28]``."""
-    name = str(dtype).removeprefix("torch.")
     dims = "" if shape is None else ",".join(str(d) for d in shape)
-    return f"{_DTYPE_SHORT.get(name, name)}[{dims}]"
+    return f"{short_name(dtype)}[{dims}]"
 
 
 def type_bytes(ty: str) -> int:

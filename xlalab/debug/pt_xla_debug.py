@@ -114,27 +114,6 @@ _DYNAMIC_SHAPE_OPS = {"aten::nonzero", "aten::masked_select", "aten::unique", "a
 
 # --------------------------------------------------------------------------- formatting helpers
 
-_DTYPE_SHORT = {
-    "float32": "f32",
-    "float64": "f64",
-    "float16": "f16",
-    "bfloat16": "bf16",
-    "int64": "s64",
-    "int32": "s32",
-    "int16": "s16",
-    "int8": "s8",
-    "uint8": "u8",
-    "bool": "pred",
-    "complex64": "c64",
-    "complex128": "c128",
-}
-
-
-def _type_str(shape: Any, dtype: Any) -> str:
-    """torch_xla's short type notation: ``f32[64,1,28,28]``."""
-    name = str(dtype).removeprefix("torch.")
-    dims = "" if shape is None else ",".join(str(d) for d in shape)
-    return f"{_DTYPE_SHORT.get(name, name)}[{dims}]"
 
 
 def _frame_str(f: Frame) -> str:

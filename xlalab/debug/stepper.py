@@ -252,15 +252,7 @@ def _eager_device(a: Any) -> Any:
 
 def _fill(a: Any, operands: Sequence[Any]) -> Any:
     """A static-argument template with its operand slots filled for an eager call."""
-    tp = type(a)
-    if tp is ir.Slot:
-        return operands[a.i]
-    if tp is ir.Const:
-        return a.value
-    if tp is tuple:
-        items = [_fill(x, operands) for x in a]
-        return items if any(type(x) is ir.Slot for x in a) else tuple(items)
-    return _eager_device(a)
+    return _graph._subst(a, operands, _eager_device)
 
 
 # --------------------------------------------------------------------------- the stepper

@@ -155,16 +155,17 @@ def _compute_dtype(out: torch.dtype | None, operands: list[torch.dtype | None]) 
     return torch.get_default_dtype()
 
 
-def _subst(a: Any, vals: list[Any]) -> Any:
+def _subst(a: Any, vals: Sequence[Any], leaf: Callable[[Any], Any] | None = None) -> Any:
+    """A static-argument template with its operand slots filled (``leaf`` maps other values)."""
     tp = type(a)
     if tp is ir.Slot:
         return vals[a.i]
     if tp is ir.Const:
         return a.value
     if tp is tuple:
-        items = [_subst(x, vals) for x in a]
+        items = [_subst(x, vals, leaf) for x in a]
         return items if any(type(x) is ir.Slot for x in a) else tuple(items)
-    return a
+    return a if leaf is None else leaf(a)
 
 
 def _cast(x: Any, dtype: torch.dtype) -> Any:
@@ -294,17 +295,22 @@ def _failure(graph: Graph, what: str, error: Exception, lowered: Any = None) -> 
     return LoweringError(message)
 
 
-def compile_graph(graph: Graph, datas: list[Any], scalars: Any, reason: str = "") -> Program:
+def publish_compile_start(graph: Graph, device: str, reason: str) -> None:
+    """Tell listeners a compile begins (a live view shows "compiling..." while XLA works)."""
     if events.listening():
         events.publish(
             events.CompileStartEvent(
                 graph_hash=graph.hash,
                 num_nodes=len(graph.nodes),
-                device=f"xla:{graph.key[-1]}",
+                device=device,
                 reason=reason,
                 frames=user_frames(),
             )
         )
+
+
+def compile_graph(graph: Graph, datas: list[Any], scalars: Any, reason: str = "") -> Program:
+    publish_compile_start(graph, f"xla:{graph.key[-1]}", reason)
     t0 = time.perf_counter_ns()
     fn = build_function(graph)
     lowered = None

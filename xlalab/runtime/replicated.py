@@ -638,15 +638,7 @@ def _compile(
     spec = PartitionSpec(AXIS)
     # check_vma off: values built inside the body (constants) are per-replica values too.
     fn = jax.shard_map(body, mesh=group.mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False)
-    if events.listening():
-        events.publish(
-            events.CompileStartEvent(
-                graph_hash=first.hash,
-                num_nodes=len(first.nodes),
-                device=f"xla:{group.devices[0]}",
-                frames=user_frames(),
-            )
-        )
+    graph.publish_compile_start(first, f"xla:{group.devices[0]}", "")
     t0 = time.perf_counter_ns()
     lowered = None
     try:
