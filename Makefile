@@ -24,6 +24,10 @@ $(EXT_BUILD): $(EXT_DEPS) $(EXT_SOURCES)
 $(STAMP): pyproject.toml | $(EXT_BUILD)
 	# torch==2.13.0 resolves to the local CPU wheel; an unpinned torch would pull CUDA.
 	$(PIP) install torch==2.13.0
+	# pip must not reinstall through an earlier `labextension develop` link: its uninstall would delete
+	# the build in xlalab/labextension.
+	link="$$($(PYTHON) -c 'import sys; print(sys.prefix)')/share/jupyter/labextensions/xlalab-jupyterlab"; \
+		if [ -L "$$link" ]; then rm "$$link"; fi
 	$(PIP) install -e ".[test]"
 	# Link the extension into JupyterLab so a rebuild shows without reinstalling.
 	$(PYTHON) -m jupyter labextension develop --overwrite .
