@@ -44,7 +44,8 @@ demo: install
 # JupyterLab on the example notebooks, with the XLA panel; e.g. LAB_ARGS="--no-browser --port 8899".
 LAB_ARGS ?=
 lab: install
-	$(PYTHON) -m jupyter lab --notebook-dir=examples $(LAB_ARGS)
+	# As root (containers, CI machines) JupyterLab refuses to start without --allow-root.
+	$(PYTHON) -m jupyter lab --notebook-dir=examples $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS)
 
 test: install
 	$(PYTHON) -m ruff check xlalab tests bench examples
