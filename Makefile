@@ -31,9 +31,11 @@ $(STAMP): pyproject.toml | $(EXT_BUILD)
 	$(PIP) install -e ".[test]"
 	# Link the extension into JupyterLab so a rebuild shows without reinstalling.
 	$(PYTHON) -m jupyter labextension develop --overwrite .
-	# The browser of the end-to-end tests (tests/e2e): Debian's Chromium, when we may install it.
-	command -v chromium >/dev/null || if [ "$$(id -u)" = 0 ]; then apt-get update && apt-get install -y chromium; \
-		else echo "chromium is missing and we are not root: install it for the browser tests"; fi
+	# The browser of the end-to-end tests (tests/e2e), Debian's Chromium, and gdb for dump-stacks,
+	# when we may install them.
+	command -v chromium >/dev/null && command -v gdb >/dev/null || if [ "$$(id -u)" = 0 ]; then \
+		apt-get update && apt-get install -y chromium gdb; \
+		else echo "chromium or gdb is missing and we are not root: install them for the tests"; fi
 	touch $(STAMP)
 
 install: $(STAMP) $(EXT_BUILD)

@@ -25,8 +25,8 @@ from xlalab.runtime.graph import linearize
 from xlalab.runtime.tensor import value
 
 aten = torch.ops.aten
-REF = Path("/work/shared/reference/torch_xla-2.9-cpu")
-needs_ref = pytest.mark.skipif(not REF.is_dir(), reason="torch_xla reference captures not present")
+# What torch_xla 2.9 printed for the same programs (tests/reference/README.md).
+REF = Path(__file__).parent / "reference" / "torch_xla-2.9-cpu"
 
 # --------------------------------------------------------------------------- parsers
 
@@ -156,7 +156,6 @@ def _outer(a: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------- text / dot
 
 
-@needs_ref
 def test_text_has_the_reference_shape(small: torch.Tensor) -> None:
     ref = parse_text(ref_section("03_ir_small.txt", "_get_xla_tensors_text([t])"))
     ours = parse_text(gd._get_xla_tensors_text([small]))
@@ -170,7 +169,6 @@ def test_text_has_the_reference_shape(small: torch.Tensor) -> None:
     assert {n.shape for n in ours if n.op == "aten::mul"} == {"f32[4,2]{1,0}"}
 
 
-@needs_ref
 def test_dot_has_the_reference_shape(small: torch.Tensor) -> None:
     small_ref = (ref_section("03_ir_small.txt", f"_get_xla_tensors_{kind}([t])") for kind in ("dot", "text"))
     for text, listing in [
@@ -193,7 +191,6 @@ def test_dot_has_the_reference_shape(small: torch.Tensor) -> None:
         assert roots
 
 
-@needs_ref
 def test_multi_output_nodes_read_like_torch_xla(dev: torch.device) -> None:
     ref = parse_text((REF / "03_loss_forward_text.txt").read_text())
     pool = next(n for n in ref if n.op == "aten::max_pool2d")
@@ -222,7 +219,6 @@ def test_scalar_inputs_print_as_zero_d_device_data(dev: torch.device) -> None:
     assert quarter == half  # a value fed at run time: same graph, same text
 
 
-@needs_ref
 def test_materialized_tensor_is_one_device_data_root(small: torch.Tensor) -> None:
     xlalab.mark_step()
     ref = parse_text(ref_section("03_ir_small.txt", "after sync, loss text:"))
@@ -236,7 +232,6 @@ def test_materialized_tensor_is_one_device_data_root(small: torch.Tensor) -> Non
 # --------------------------------------------------------------------------- HLO / StableHLO
 
 
-@needs_ref
 def test_hlo_has_the_reference_shape(small: torch.Tensor) -> None:
     ref = ref_section("03_ir_small.txt", "_get_xla_tensors_hlo([t])")
     for hlo in (ref, gd._get_xla_tensors_hlo([small])):
@@ -273,7 +268,6 @@ def test_non_xla_tensors_are_refused() -> None:
 # --------------------------------------------------------------------------- XLA_IR_DEBUG / XLA_HLO_DEBUG
 
 
-@needs_ref
 def test_ir_debug_locations_like_torch_xla(dev: torch.device, settings: None) -> None:
     ref = parse_text(ref_section("04_ir_debug_nested_fn.txt", "env: XLA_IR_DEBUG=1\n").split("\n\n")[0])
     ref_loc = {n.op: n.location for n in ref}
@@ -302,7 +296,6 @@ def test_ir_debug_locations_like_torch_xla(dev: torch.device, settings: None) ->
     assert any(f"location=_helper@{here}:{helper}" in labels for labels in nodes.values())
 
 
-@needs_ref
 def test_hlo_debug_puts_source_lines_in_the_metadata(dev: torch.device, settings: None) -> None:
     ref = ref_section("04_ir_debug_nested_fn.txt", "XLA_IR_DEBUG=1 XLA_HLO_DEBUG=1")
     ref_mul = next(line for line in ref.splitlines() if " multiply(" in line)
@@ -338,7 +331,6 @@ BLOCK = re.compile(
 FRAME = re.compile(r"^  (\S+) \((.+):(\d+)\)$")
 
 
-@needs_ref
 def test_reference_save_file_parses_with_the_block_parser() -> None:
     text = (REF / "04_save_tensors_text_FULL.txt").read_text()
     blocks = list(BLOCK.finditer(text))

@@ -13,11 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from playwright.sync_api import expect
 
 from . import notebooks as nb
-from .harness import REPO, Lab, wait_for
+from .harness import Lab, wait_for
 
 # The panel follows the kernel through throttled comm updates: poll, with a bounded wait.
 expect.set_options(timeout=60_000)
@@ -124,8 +123,6 @@ def test_compile_then_recompile(lab: Lab, expected: nb.ExpectedCounts, artifacts
 
 def test_example_recompilation_hunt_finds_the_recompile(lab: Lab, artifacts: Path) -> None:
     example = "examples/recompilation_hunt.ipynb"
-    if not (REPO / example).is_file():
-        pytest.skip(f"{example} is not in the repository yet")
     lab.open_notebook(example)
     lab.open_panel()
     state = lab.run_all(example)
