@@ -6,6 +6,7 @@ them, so file names, execution counts and frames are IPython's own.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -190,9 +191,7 @@ def test_xla_graph_save_and_formats(shell: Shell, tmp_path: Any) -> None:
     out = shell.ok(f"%xla_graph b --format hlo --save {path}")
     assert f"saved the hlo dump to {path}" in out
     assert "HloModule" in path.read_text()
-    assert "stablehlo" in shell.ok("%xla_graph b -f stablehlo") or "func.func" in shell.ok(
-        "%xla_graph b -f stablehlo"
-    )
+    assert "stablehlo.add" in shell.ok("%xla_graph b -f stablehlo")
 
 
 def test_xla_graph_bad_input_is_a_clear_error(shell: Shell) -> None:
@@ -242,10 +241,12 @@ def test_cell_magic_shows_what_the_cell_did_even_when_it_raises(shell: Shell) ->
 def test_metrics_magics(shell: Shell) -> None:
     shell.ok(setup(15))
     shell.ok("step(8)")
+    since = shell.ok("%xla_metrics --since-cell")  # the step(8) cell: one new graph, run once
+    assert "since the previous cell started:" in since
+    assert re.search(r"compiles\s+1 new, 0 cache hits", since), since
+    assert re.search(r"executions\s+1,", since), since
     assert "Metric: CompileTime" in shell.ok("%xla_metrics")
     assert "Counter: MarkStep" in shell.ok("%xla_metrics --counters")
-    since = shell.ok("%xla_metrics --since-cell")
-    assert ("since the previous cell started:" in since and "1 new" in since) or "cache hits" in since
 
 
 def test_xla_debug_switches_at_run_time(shell: Shell) -> None:
@@ -328,6 +329,7 @@ def test_the_throttle_coalesces_and_always_delivers_the_last_poke() -> None:
     state = {"value": 0}
     seen: list[int] = []
     t = Throttle(0.1, lambda: seen.append(state["value"]))
+    start = time.monotonic()
     for i in range(1, 2001):
         state["value"] = i
         t.poke()
@@ -335,5 +337,6 @@ def test_the_throttle_coalesces_and_always_delivers_the_last_poke() -> None:
     while (not seen or seen[-1] != 2000) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert seen[-1] == 2000  # the trailing call saw the latest state
-    assert len(seen) <= 3 + int(20 * (time.monotonic() - deadline + 5))  # a few calls, not 2000
+    # At most one call per interval (plus the first, at once): a few calls, not 2000.
+    assert len(seen) <= 2 + (time.monotonic() - start) / 0.1
     t.close()

@@ -14,21 +14,10 @@ from typing import Any
 import pytest
 from jupyter_client.manager import start_new_kernel
 
-SETUP = """\
-import torch, xlalab.core.xla_model as xm
-dev = xm.xla_device()
-model = torch.nn.Linear(8, 3).to(dev)
-opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+from .test_lab import setup
 
-def step(batch):
-    data = torch.randn(batch, 8).to(dev)
-    loss = model(data).pow(2).mean()
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    xm.mark_step()
-    return loss
-"""
+# The training step of the shell tests, with a model width of its own (its graphs compile here).
+SETUP = setup(3)
 
 
 class Frontend:

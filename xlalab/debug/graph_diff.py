@@ -78,13 +78,7 @@ class Change:
     old: str = ""
     new: str = ""
     made: Frame | None = None
-
-    @property
-    def input_position(self) -> int | None:
-        """Which input (counting data leaves in post-order) changed, for ``input_shape``."""
-        return None if self.kind != "input_shape" else self._input_position
-
-    _input_position: int | None = None
+    input_position: int | None = None  # for input_shape: which input (leaves in post-order)
 
 
 def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
@@ -94,7 +88,7 @@ def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
             inputs += b.leaf
             continue
         if b.leaf and a.leaf and a.type != b.type:
-            return Change("input_shape", i, b.name, a.type, b.type, b.made, _input_position=inputs)
+            return Change("input_shape", i, b.name, a.type, b.type, b.made, input_position=inputs)
         if a.name != b.name:
             return Change("ops", i, b.name, a.name, b.name, b.made)
         if a.type != b.type:

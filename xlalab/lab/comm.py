@@ -110,7 +110,7 @@ class CommServer:
         }
 
     def snapshot(self) -> dict[str, Any]:
-        return render.snapshot(self.watcher.last_compile_seconds)
+        return render.snapshot()
 
     def _on_event(self, event: dict[str, Any]) -> None:
         with self._lock:

@@ -81,7 +81,7 @@ class CountersView:
         self._ticker.start()
 
     def refresh(self) -> None:
-        s = render.snapshot(self.watcher.last_compile_seconds)
+        s = render.snapshot()
         c, x, t = s["compiles"], s["executions"], s["transfers"]
         values = {
             "compiles": str(c["uncached"]),

@@ -61,15 +61,13 @@ class XlaMagics(Magics):
 
     def _pending_names(self) -> list[str]:
         from xlalab.runtime import ir
-        from xlalab.runtime.tensor import XlaTensor, value
+        from xlalab.runtime.tensor import XlaTensor
 
-        out = []
-        for name, v in list(self.shell.user_ns.items()):
-            if name.startswith("_") or not isinstance(v, XlaTensor):
-                continue
-            if v._st.node.op is not ir.DATA or (v._chain and value(v).op is not ir.DATA):
-                out.append(name)
-        return out
+        return [
+            name
+            for name, v in list(self.shell.user_ns.items())
+            if not name.startswith("_") and isinstance(v, XlaTensor) and v._st.node.op is not ir.DATA
+        ]
 
     def _named_tensors(self, names: list[str]) -> list[tuple[str, torch.Tensor]]:
         return [(n, self._tensor(n)) for n in names]

@@ -68,7 +68,7 @@ def findings_bundle(findings: Iterable[Finding], cells: CellMap) -> dict[str, st
 # --------------------------------------------------------------------------- metrics
 
 
-def snapshot(last_compile_seconds: float = 0.0) -> dict[str, Any]:
+def snapshot() -> dict[str, Any]:
     """The protocol's snapshot (docs/lab-protocol.md): registry totals, nothing computed."""
     snap = metrics.snapshot()
     counters: dict[str, int] = snap["counters"]  # type: ignore[assignment]
@@ -86,7 +86,7 @@ def snapshot(last_compile_seconds: float = 0.0) -> dict[str, Any]:
             "uncached": int(counters.get("UncachedCompile", 0)),
             "cached": int(counters.get("CachedCompile", 0)),
             "seconds_total": total("CompileTime") / 1e9,
-            "seconds_last": last_compile_seconds,
+            "seconds_last": _last_sample("CompileTime") / 1e9,
         },
         "executions": {
             "count": int(counters.get("ExecuteComputation", 0)),
@@ -105,6 +105,11 @@ def snapshot(last_compile_seconds: float = 0.0) -> dict[str, Any]:
         "counters": dict(counters),
         "metrics": ms,
     }
+
+
+def _last_sample(name: str) -> float:
+    data = metrics.metric_data(name)
+    return float(data[2][-1][1]) if data and data[2] else 0.0
 
 
 def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ so looking can never compile or transfer anything.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -45,7 +46,7 @@ ACCESS_REASONS = {
 ITEM_OP = "aten::_local_scalar_dense"  # the .item() read, reported as a transfer, not a fallback
 DYNAMIC_SHAPE_OPS = {"aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique2"}
 KEEP_GRAPHS = 32
-KEEP_SIGNATURES = 8  # per site
+_NOT_SENT = ("kind", "frames", "graph")  # kind is set first; frames become "where"; graphs stay here
 
 
 @dataclass
@@ -62,14 +63,13 @@ class Finding:
     graph_hash: str = ""
     details: list[str] = field(default_factory=list)
     count: int = 1
-    last_cell: int | None = None  # the cell that last bumped the count
 
 
 @dataclass
 class _Site:
     """One place in user code that compiles: what it compiled and how often it hit the cache."""
 
-    signatures: list[tuple[graph_diff.NodeSig, ...]] = field(default_factory=list)
+    signature: tuple[graph_diff.NodeSig, ...] | None = None  # of the last graph compiled here
     compiles: int = 0
     hits: int = 0
 
@@ -112,8 +112,7 @@ class Watcher:
         self._cell_steps = 0  # step barriers (mark_step) in the cell running now
         self._lock = threading.RLock()
         self._unsubscribe: Callable[[], None] | None = None
-        self.compiling: dict[str, Any] | None = None
-        self.last_compile_seconds = 0.0
+        self.compiling: dict[str, Any] | None = None  # the compile_start event of a compile under way
 
     # ---- lifecycle
     def start(self) -> None:
@@ -155,83 +154,38 @@ class Watcher:
             for listener in list(self.listeners):
                 listener(message)
 
-    def _event(self, kind: str, ev: events.Event, **fields: Any) -> dict[str, Any]:
-        frames = self.cells.user_frames(ev.frames)
-        where = self.cells.jump_target(frames)
-        return {
-            "kind": kind,
-            "time": time.time(),
-            "where": None if where is None else self.cells.location(where),
-            **fields,
-        }
+    def _event(self, ev: events.Event) -> dict[str, Any]:
+        """An event in the protocol's JSON shape: its own fields (graph hashes in hex, no graph,
+        no frames) plus when and the line to point at (docs/lab-protocol.md)."""
+        out: dict[str, Any] = {"kind": ev.kind, "time": time.time()}
+        for f in dataclasses.fields(ev):
+            if f.name not in _NOT_SENT:
+                value = getattr(ev, f.name)
+                out[f.name] = hex_hash(value) if f.name == "graph_hash" else value
+        where = self.cells.jump_target(self.cells.user_frames(ev.frames))
+        out["where"] = None if where is None else self.cells.location(where)
+        return out
 
     def _handle(self, ev: events.Event) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+        out = [self._event(ev)]
+        finding: Finding | None = None
         if isinstance(ev, events.CompileStartEvent):
-            msg = self._event(
-                "compile_start",
-                ev,
-                graph_hash=hex_hash(ev.graph_hash),
-                num_nodes=ev.num_nodes,
-                device=ev.device,
-                reason=ev.reason,
-            )
-            self.compiling = msg
-            out.append(msg)
-        elif isinstance(ev, events.CompileEvent):
+            self.compiling = out[0]
+        elif isinstance(ev, (events.CompileEvent, events.CompileErrorEvent)):
             self.compiling = None
-            if not ev.cached:
-                self.last_compile_seconds = ev.seconds
-            out.append(
-                self._event(
-                    "compile",
-                    ev,
-                    graph_hash=hex_hash(ev.graph_hash),
-                    num_nodes=ev.num_nodes,
-                    seconds=ev.seconds,
-                    cached=ev.cached,
-                    device=ev.device,
-                    reason=ev.reason,
-                )
-            )
-            finding = self._on_compile(ev)
-            if finding is not None:
-                out.append(self._warning_event(finding))
-        elif isinstance(ev, events.CompileErrorEvent):
-            self.compiling = None
-            out.append(
-                self._event(
-                    "compile_error",
-                    ev,
-                    graph_hash=hex_hash(ev.graph_hash),
-                    num_nodes=ev.num_nodes,
-                    seconds=ev.seconds,
-                    device=ev.device,
-                    error=ev.error,
-                )
-            )
-        elif isinstance(ev, events.ExecuteEvent):
-            out.append(self._event("execute", ev, graph_hash=hex_hash(ev.graph_hash), seconds=ev.seconds,
-                                   device=ev.device))  # fmt: skip
+            if isinstance(ev, events.CompileEvent):
+                finding = self._on_compile(ev)
         elif isinstance(ev, events.SyncEvent):
-            out.append(self._event("sync", ev, reason=ev.reason, num_tensors=ev.num_tensors,
-                                   graph_hash=hex_hash(ev.graph_hash)))  # fmt: skip
             finding = self._on_sync(ev)
-            if finding is not None:
-                out.append(self._warning_event(finding))
         elif isinstance(ev, events.FallbackEvent):
-            out.append(self._event("fallback", ev, op=ev.op, seconds=ev.seconds))
             finding = self._on_fallback(ev)
-            if finding is not None:
-                out.append(self._warning_event(finding))
-        elif isinstance(ev, events.TransferEvent):
-            out.append(self._event("transfer", ev, direction=ev.direction, nbytes=ev.nbytes,
-                                   seconds=ev.seconds))  # fmt: skip
-            if ev.direction == "to_device":
-                frames = self.cells.user_frames(ev.frames)
-                if frames:
-                    self._uploads.append((ev.nbytes, frames[0]))
-                    del self._uploads[:-256]
+        elif isinstance(ev, events.TransferEvent) and ev.direction == "to_device":
+            frames = self.cells.user_frames(ev.frames)
+            if frames:
+                self._uploads.append((ev.nbytes, frames[0]))
+                del self._uploads[:-256]
+        if finding is not None:
+            out.append(self._warning_event(finding))
         return out
 
     # ---- findings
@@ -259,13 +213,11 @@ class Watcher:
                 cell=current,
                 graph_hash=graph_hash,
                 details=details or [],
-                last_cell=current,
             )
             self.findings.append(f)
             self._keyed[key] = f
         else:
             f.count += 1
-            f.last_cell = current
             f.message, f.details = message, details or f.details
         self.cell_findings.add(f.id)
         return f
@@ -276,21 +228,17 @@ class Watcher:
         if ev.cached:
             site.hits += 1
             return None
-        graph = ev.graph
-        if graph is not None:
-            self.graphs[hex_hash(ev.graph_hash)] = strip_graph(graph)
-            self.graphs.move_to_end(hex_hash(ev.graph_hash))
-            while len(self.graphs) > KEEP_GRAPHS:
-                self.graphs.popitem(last=False)
-        if graph is None:
-            site.compiles += 1
-            return None
-        sig = graph_diff.signature(graph)
-        previous = site.signatures[-1] if site.signatures else None
         steady = site.hits > 0 or site.compiles >= 2
         site.compiles += 1
-        site.signatures.append(sig)
-        del site.signatures[:-KEEP_SIGNATURES]
+        graph = ev.graph
+        if graph is None:
+            return None
+        self.graphs[hex_hash(ev.graph_hash)] = strip_graph(graph)
+        self.graphs.move_to_end(hex_hash(ev.graph_hash))
+        while len(self.graphs) > KEEP_GRAPHS:
+            self.graphs.popitem(last=False)
+        sig = graph_diff.signature(graph)
+        previous, site.signature = site.signature, sig
         if previous is None:
             return None
         same_ops = len(previous) == len(sig) and all(a.name == b.name for a, b in zip(previous, sig))

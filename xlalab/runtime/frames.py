@@ -37,13 +37,19 @@ _RUNNER_DIRS = tuple(
 )
 
 
+_LIBRARY: dict[str, bool] = {}  # file name -> is it library code (few distinct files, asked per frame)
+
+
 def _is_library(filename: str) -> bool:
-    return (
-        filename.startswith(_LIB_DIRS)
-        or filename.endswith(_STDLIB_SKIP)
-        or filename.startswith("<frozen")
-        or any(d in filename for d in _RUNNER_DIRS)
-    )
+    known = _LIBRARY.get(filename)
+    if known is None:
+        known = _LIBRARY[filename] = (
+            filename.startswith(_LIB_DIRS)
+            or filename.endswith(_STDLIB_SKIP)
+            or filename.startswith("<frozen")
+            or any(d in filename for d in _RUNNER_DIRS)
+        )
+    return known
 
 
 # How many frames events carry: at least 8, more when PT_XLA_DEBUG_MAX_FRAME asks for more.

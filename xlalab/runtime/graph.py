@@ -295,6 +295,24 @@ def _failure(graph: Graph, what: str, error: Exception, lowered: Any = None) -> 
     return LoweringError(message)
 
 
+def publish_compile(graph: Graph, prog: Any, device: str, reason: str, *, seconds: float = 0.0,
+                    cached: bool = False) -> None:  # fmt: skip
+    """Tell listeners a graph was compiled, or found in the cache (single-device and replicated alike)."""
+    if events.listening():
+        events.publish(
+            events.CompileEvent(
+                graph=graph,
+                graph_hash=prog.graph_hash,
+                num_nodes=prog.num_nodes,
+                seconds=seconds,
+                cached=cached,
+                device=device,
+                reason=reason,
+                frames=user_frames(),
+            )
+        )
+
+
 def publish_compile_start(graph: Graph, device: str, reason: str) -> None:
     """Tell listeners a compile begins (a live view shows "compiling..." while XLA works)."""
     if events.listening():
@@ -325,19 +343,7 @@ def compile_graph(graph: Graph, datas: list[Any], scalars: Any, reason: str = ""
     metrics.record("CompileTime", dt)
     metrics.count("UncachedCompile")
     prog = Program(executable, graph.hash, len(graph.nodes), graph.key[-1])
-    if events.listening():
-        events.publish(
-            events.CompileEvent(
-                graph=graph,
-                reason=reason,
-                graph_hash=graph.hash,
-                num_nodes=len(graph.nodes),
-                seconds=dt / 1e9,
-                cached=False,
-                device=f"xla:{prog.device}",
-                frames=user_frames(),
-            )
-        )
+    publish_compile(graph, prog, f"xla:{prog.device}", reason, seconds=dt / 1e9)
     return prog
 
 
@@ -477,18 +483,7 @@ def _op_by_op(reason: str) -> bool:
 def note_cache_hit(graph: Graph, prog: Any, device: int, reason: str) -> None:
     """Count a compile-cache hit and tell listeners (single-device and replicated programs alike)."""
     metrics.count("CachedCompile")
-    if events.listening():
-        events.publish(
-            events.CompileEvent(
-                graph=graph,
-                graph_hash=prog.graph_hash,
-                num_nodes=prog.num_nodes,
-                cached=True,
-                device=f"xla:{device}",
-                reason=reason,
-                frames=user_frames(),
-            )
-        )
+    publish_compile(graph, prog, f"xla:{device}", reason, cached=True)
 
 
 def execute(roots: Sequence[Node], reason: str) -> list[Any]:

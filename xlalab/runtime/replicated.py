@@ -653,18 +653,7 @@ def _compile(
     metrics.record("CompileTime", dt)
     metrics.count("UncachedCompile")
     prog = SpmdProgram(executable, first.hash, len(first.nodes), group.key, zero_in, zero_out)
-    if events.listening():
-        events.publish(
-            events.CompileEvent(
-                graph=first,
-                graph_hash=prog.graph_hash,
-                num_nodes=prog.num_nodes,
-                seconds=dt / 1e9,
-                cached=False,
-                device=f"xla:{group.devices[0]}",
-                frames=user_frames(),
-            )
-        )
+    graph.publish_compile(first, prog, f"xla:{group.devices[0]}", "", seconds=dt / 1e9)
     return prog
 
 
