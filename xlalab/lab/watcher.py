@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from xlalab.debug import graph_diff
+from xlalab.debug import graph_diff, recompiles
 from xlalab.runtime import events, ir
 from xlalab.runtime.frames import Frame
 from xlalab.runtime.frames import _is_library as _is_runtime_library
@@ -228,7 +228,7 @@ class Watcher:
         if ev.cached:
             site.hits += 1
             return None
-        steady = site.hits > 0 or site.compiles >= 2
+        warm_up = recompiles.in_warm_up(site.compiles, site.hits)
         site.compiles += 1
         graph = ev.graph
         if graph is None:
@@ -241,11 +241,9 @@ class Watcher:
         previous, site.signature = site.signature, sig
         if previous is None:
             return None
-        same_ops = len(previous) == len(sig) and all(a.name == b.name for a, b in zip(previous, sig))
-        # The first compilations at a place are expected (the optimizer's state appears at step 2,
-        # which changes the ops); a variant with the same ops, or any variant once the place has
-        # settled, is a recompilation worth a word.
-        if not (steady or same_ops):
+        # Warm-up (the optimizer's state appears at step 2) is not worth a word: the shared rule.
+        same_ops = recompiles.same_ops([a.name for a in previous], [b.name for b in sig])
+        if not recompiles.is_recompile(warm_up=warm_up, same_op_sequence=same_ops):
             return None
         change = graph_diff.first_change(previous, sig)
         what, message, details = self._describe(change, graph, len(previous), len(sig))
