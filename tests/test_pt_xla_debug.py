@@ -537,3 +537,43 @@ def test_script_with_level_1_file_and_max_frame(
     assert all(len(b.frames) == 1 for b in blocks if b.kind == "Compilation")
     assert "WARNING:pt-xla-profiler:Unlowered Op usage summary" in text
     assert "recompilation" not in text  # two steps are all warm-up
+
+
+# --------------------------------------------------------------------------- analysis failures
+
+
+def test_an_analysis_failure_warns_users_and_fails_tests(
+    monkeypatch: pytest.MonkeyPatch, dev: torch.device, debug: Callable[[], str]
+) -> None:
+    from xlalab.debug import analysis_errors
+
+    def broken(graph: object) -> tuple[()]:
+        raise RuntimeError("broken analysis")
+
+    monkeypatch.setattr(pxd, "signature", broken)
+    before = len(analysis_errors.FAILURES)
+    monkeypatch.setenv("XLALAB_ANALYSIS_ERRORS", "")
+    _workload(dev, 31)  # the user's program goes on
+    assert "pt-xla-profiler: internal error while analysing SyncEvent" in debug()
+    assert "broken analysis" in analysis_errors.FAILURES[before]
+    del analysis_errors.FAILURES[before:]
+    monkeypatch.setenv("XLALAB_ANALYSIS_ERRORS", "raise")
+    with pytest.raises(RuntimeError, match="broken analysis"):
+        _workload(dev, 32)
+    monkeypatch.undo()
+    xlalab.mark_step()  # what the raise left pending
+    del analysis_errors.FAILURES[before:]
+
+
+def test_mnist_example_under_pt_xla_debug_has_no_internal_error(tmp_path: Path) -> None:
+    """The seeds' convnet (MaxPool2d, Dropout, log_softmax) under PT_XLA_DEBUG=1."""
+    script = Path(__file__).parents[1] / "examples" / "mnist_train.py"
+    env = dict(os.environ, PT_XLA_DEBUG="1", XLALAB_ANALYSIS_ERRORS="raise")
+    proc = subprocess.run(
+        [sys.executable, str(script), "--steps", "3", "--batch", "8"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "internal error" not in proc.stderr and "could not analyse" not in proc.stderr
+    assert len([b for b in parse_blocks(proc.stderr) if b.kind == "Compilation"]) >= 2
+    assert proc.stderr.count("Unlowered Op usage summary") == 1

@@ -50,16 +50,48 @@ class NodeSig:
     made: Frame | None
 
 
+def node_type(n: Any) -> str:
+    """A node's type: ``f32[2,3]``, or a multi-output node's ``(f32[2,3], (), s64[2])``.
+
+    A multi-output node's entry is None (or ``(None, None)``) for an output the op did not
+    produce (max_pool2d_with_indices_backward's, convolution_backward's ``output_mask``).
+    """
+    outs = getattr(n, "outs", None)
+    if n.shape is None and outs is not None:
+        return "(" + ", ".join(_out_type(o) for o in outs) + ")"
+    return type_str(n.shape, n.dtype)
+
+
+def _out_type(out: Any) -> str:
+    if out is None or tuple(out) == (None, None):
+        return "()"
+    shape, dtype = out
+    return type_str(shape, dtype)
+
+
+def node_bytes(n: Any) -> int:
+    """Bytes a node's outputs take (the outputs an op did not produce take none)."""
+    outs = getattr(n, "outs", None)
+    if n.shape is None and outs is not None:
+        return sum(_bytes(o[0], o[1]) for o in outs if o is not None)
+    return _bytes(n.shape, n.dtype)
+
+
+def _bytes(shape: Any, dtype: Any) -> int:
+    if shape is None or dtype is None:
+        return 0
+    count = 1
+    for d in shape:
+        count *= int(d)
+    size = getattr(dtype, "itemsize", None)
+    return count * (int(size) if size else 4)
+
+
 def signature(graph: Any) -> tuple[NodeSig, ...]:
     sig = []
     for n in graph.nodes:
-        outs = getattr(n, "outs", None)
-        if n.shape is None and outs:
-            ty = "(" + ", ".join(type_str(s, d) if (s, d) != (None, None) else "()" for s, d in outs) + ")"
-        else:
-            ty = type_str(n.shape, n.dtype)
         frames = getattr(n, "frames", None)
-        sig.append(NodeSig(n.name, ty, int(n.hash), bool(n.is_leaf), frames[0] if frames else None))
+        sig.append(NodeSig(n.name, node_type(n), int(n.hash), bool(n.is_leaf), frames[0] if frames else None))
     return tuple(sig)
 
 

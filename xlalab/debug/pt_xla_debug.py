@@ -54,7 +54,8 @@ from typing import IO, Any
 from xlalab.runtime import config, events, metrics
 from xlalab.runtime.frames import Frame
 
-from .graph_diff import NodeSig, first_change, signature, type_bytes
+from . import analysis_errors
+from .graph_diff import NodeSig, first_change, node_bytes, signature, type_bytes
 
 __all__ = [
     "SLOW_COMPILE_SECONDS",
@@ -125,23 +126,6 @@ def _where(f: Frame | None) -> str:
     return "<unknown>" if f is None else f"{f.file}:{f.line} ({f.function})"
 
 
-def _nbytes(shape: Any, dtype: Any) -> int:
-    if shape is None or dtype is None:
-        return 0
-    n = 1
-    for d in shape:
-        n *= int(d)
-    size = getattr(dtype, "itemsize", None)
-    return n * (int(size) if size else 4)
-
-
-def _node_bytes(node: Any) -> int:
-    outs = getattr(node, "outs", None)
-    if node.shape is None and outs:
-        return sum(_nbytes(s, d) for s, d in outs)
-    return _nbytes(node.shape, node.dtype)
-
-
 def _times(n: int) -> str:
     return "once" if n == 1 else f"{n} times"
 
@@ -208,7 +192,7 @@ def _memory(graph: Any) -> tuple[int, int, int, int, int]:
     roots = set(graph.roots)
     inp = out = mid = 0
     for i, n in enumerate(graph.nodes):
-        size = _node_bytes(n)
+        size = node_bytes(n)
         if n.is_leaf:
             inp += size
         elif i in roots:
@@ -439,6 +423,7 @@ def _on_event(ev: events.Event) -> None:
             _emit(f"{_PROFILER}: internal error while analysing {type(ev).__name__}: {e!r}\n")
         except Exception:
             pass
+        analysis_errors.failed("pt_xla_debug", ev, e, log=False)
 
 
 def _site(frames: Sequence[Frame]) -> Frame | None:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from xlalab.debug import graph_diff, recompiles
+from xlalab.debug import analysis_errors, graph_diff, recompiles
 from xlalab.runtime import events, ir
 from xlalab.runtime.frames import Frame
 from xlalab.runtime.frames import _is_library as _is_runtime_library
@@ -145,10 +145,8 @@ class Watcher:
         try:
             with self._lock:
                 out = self._handle(ev)
-        except Exception:  # the watcher must never break the program it watches
-            import logging
-
-            logging.getLogger("xlalab.lab").exception("xlalab: could not analyse %s", type(ev).__name__)
+        except Exception as e:  # the watcher must never break the program it watches
+            analysis_errors.failed("lab", ev, e)
             return
         for message in out:
             for listener in list(self.listeners):
