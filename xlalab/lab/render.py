@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from xlalab.debug.units import count, format_size
 from xlalab.runtime import metrics
 
 from .cells import CellMap
@@ -133,10 +134,13 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 def _rows(d: dict[str, Any]) -> list[tuple[str, str]]:
     c, x, t = d["compiles"], d["executions"], d["transfers"]
     rows = [
-        ("compiles", f"{int(c['uncached'])} new, {int(c['cached'])} cache hits, {c['seconds_total']:.3f} s"),
+        (
+            "compiles",
+            f"{int(c['uncached'])} new, {count(int(c['cached']), 'cache hit')}, {c['seconds_total']:.3f} s",
+        ),
         ("executions", f"{int(x['count'])}, {x['seconds_total']:.3f} s"),
-        ("to device", f"{int(t['to_device'])} transfers, {metrics.format_bytes(t['bytes_to_device'])}"),
-        ("from device", f"{int(t['from_device'])} transfers, {metrics.format_bytes(t['bytes_from_device'])}"),
+        ("to device", f"{count(int(t['to_device']), 'transfer')}, {format_size(t['bytes_to_device'])}"),
+        ("from device", f"{count(int(t['from_device']), 'transfer')}, {format_size(t['bytes_from_device'])}"),
     ]
     fb = d["fallbacks"]
     rows.append(("CPU fallbacks", ", ".join(f"{op} x {n}" for op, n in sorted(fb.items())) if fb else "none"))
