@@ -128,12 +128,19 @@ def _index(device: Any) -> int:
     return d.index or 0
 
 
-def _empty(size: Any, dtype: torch.dtype | None, device: Any) -> XlaTensor:
+def _empty(size: Any, dtype: torch.dtype | None, device: Any, strides: Any = None) -> XlaTensor:
     dtype = dtype or torch.get_default_dtype()
     index = _index(device)
     backend.jax_device(index)  # a clear error for a device that does not exist
     shape = tuple(int(s) for s in size)
-    return wrap(ir.Node(EMPTY, (), None, shape, dtype, index))
+    layout = None
+    if strides is not None:
+        # empty_strided: ``.to("xla")`` keeps a transposed tensor's strides, as on any device, so
+        # that its contiguous() is a copy, as in eager.
+        probe = torch.empty_strided(shape, tuple(int(s) for s in strides), device="meta")
+        if not probe.is_contiguous():
+            layout = (tuple(probe.stride()), 0)
+    return wrap(ir.Node(EMPTY, (), None, shape, dtype, index), layout=layout)
 
 
 def _privateuse1_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
@@ -141,7 +148,7 @@ def _privateuse1_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
     if op is aten.empty.memory_format:
         return _empty(args[0], kwargs.get("dtype"), kwargs.get("device"))
     if op is aten.empty_strided.default:
-        return _empty(args[0], kwargs.get("dtype"), kwargs.get("device"))
+        return _empty(args[0], kwargs.get("dtype"), kwargs.get("device"), args[1])
     # Any other factory: run it on the CPU, then send the result over (counted).
     return fallback(op, args, kwargs)
 
@@ -163,8 +170,8 @@ def _factory(op: Any) -> Any:
                 node.device = index
                 return wrap(node)
         meta = op(*args, device="meta", **kwargs)
-        static = tuple(tuple(a) if isinstance(a, list) else a for a in args)
-        node = ir.Node(op, (), (static, tuple(kwargs.items())), tuple(meta.shape), meta.dtype, index)
+        static = ir.typed(args)
+        node = ir.Node(op, (), (static, ir.typed(tuple(kwargs.items()))), tuple(meta.shape), meta.dtype, index)
         metrics.count("xla::" + op._schema.name.split("::")[-1])
         return wrap(node)
 

@@ -5,9 +5,10 @@ walks the graph once into a post-order list and an exact cache key, looks the ke
 compiles through JAX on a miss (an ``eval_jaxpr``-style loop over the nodes, traced by
 ``jax.jit``), executes, and puts device data in place of the IR.
 
-The key is the post-order sequence of node hashes plus, for every node, the positions
-of its operands: so ``a + a`` and ``a + b`` differ, while the *values* of device data
-and scalar inputs never enter it.
+The key is the post-order sequence of the nodes' exact structural ids (``ir.Node.sid``)
+plus, for every node, the positions of its operands: so ``a + a`` and ``a + b`` differ,
+``sum(-1)`` and ``sum(-2)`` differ, while the *values* of device data and scalar inputs
+never enter it. No Python hash decides a hit: a dict compares whole keys.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from . import backend, config, events, ir, metrics
+from . import backend, config, events, ir, metrics, promotion
 from .dtypes import to_jnp
 from .frames import user_frames
 from .ir import Node
@@ -71,7 +72,7 @@ def linearize(roots: Sequence[Node]) -> Graph:
             stack.pop()
             index[id(n)] = len(nodes)
             nodes.append(n)
-            key.append(n.hash)
+            key.append(n.sid)
             if n.src:
                 key.append(tuple([index[id(s)] for s in n.src]))
     root_pos = [index[id(r)] for r in roots]
@@ -114,6 +115,7 @@ def _instructions(graph: Graph) -> tuple[list[Any], list[int], int, int]:
         else:
             weak = tuple(i for i, s in enumerate(n.src) if s.op is ir.SCALAR and s.dtype == torch.float64)
             tensor_dtypes = [s.dtype for s in n.src if s.op is not ir.SCALAR]
+            promote = _promotion(n)
             instrs.append(
                 (
                     "op",
@@ -124,8 +126,9 @@ def _instructions(graph: Graph) -> tuple[list[Any], list[int], int, int]:
                     n.outs,
                     tuple(pos[id(s)] for s in n.src),
                     weak,
-                    _compute_dtype(n.dtype, tensor_dtypes),
+                    promote[0] if promote else _compute_dtype(n.dtype, tensor_dtypes),
                     _scope_name(n),
+                    promote,
                 )
             )
     return instrs, graph.roots, n_data, n_scalar
@@ -137,6 +140,46 @@ def _scope_name(n: Node) -> str:
         f = n.frames[0]
         name += f"[{os.path.basename(f.file)}:{f.line}]"  # XLA cuts op_name at '@': brackets survive
     return name
+
+
+def _promotion(n: Node) -> tuple[torch.dtype, tuple[int, ...], tuple[str, ...]] | None:
+    """For an elementwise op: torch's computation dtype and where its promoting arguments sit.
+
+    The lowering then receives those arguments already in that dtype (``_promoted``): the
+    arithmetic happens in the type torch computes in, not only the result.
+    """
+    if not isinstance(n.op, torch._ops.OpOverload) or type(n.arg) is not tuple or len(n.arg) != 2:
+        return None
+    rule = promotion.rule(n.op)
+    if rule is None:
+        return None
+    tpl, ktpl = n.arg
+    kwargs = dict(ktpl)
+    operands: list[Any] = []
+    for p, name in zip(rule.positions, rule.names):
+        a = tpl[p] if p < len(tpl) else kwargs.get(name)
+        if type(a) is ir.Slot:
+            s = n.src[a.i]
+            # Scalar inputs are Python floats (wrapped numbers): they promote as numbers do.
+            operands.append(1.0 if s.op is ir.SCALAR else (s.shape, s.dtype))
+        elif type(a) is ir.Const:
+            operands.append(a.value)
+        elif a is None or isinstance(a, (bool, int, float)):
+            operands.append(a)
+        else:
+            return None  # a list or something unexpected: leave it to the lowering
+    cd = promotion.compute_dtype(rule, operands)
+    if cd is None:
+        return None
+    return cd, rule.positions, rule.names
+
+
+def _promoted(v: Any, dtype: torch.dtype) -> Any:
+    if v is None:
+        return v
+    if isinstance(v, (bool, int, float)):
+        return promotion.python_number(v, dtype)
+    return _cast(v, dtype)
 
 
 def _compute_dtype(out: torch.dtype | None, operands: list[torch.dtype | None]) -> torch.dtype:
@@ -170,12 +213,18 @@ def _subst(a: Any, vals: Sequence[Any], leaf: Callable[[Any], Any] | None = None
 
 def _cast(x: Any, dtype: torch.dtype) -> Any:
     want = to_jnp(dtype)
-    return x if x.dtype == want else x.astype(want)
+    if x.dtype == want:
+        return x
+    if x.dtype == jnp.bool_ and jnp.issubdtype(want, jnp.inexact):
+        # Through int8: XLA's simplifier turns ``float(mask) * y`` into ``select(mask, y, 0)``,
+        # which gives 0 where y is NaN or inf (torch gives NaN: 0 * inf).
+        x = x.astype(jnp.int8)
+    return x.astype(want)
 
 
 def lower_node(instr: tuple[Any, ...], vals: list[Any]) -> Any:
     """Evaluate one op node on traced JAX values."""
-    _, op, arg, shape, dtype, outs, _, weak, cdtype, _ = instr
+    _, op, arg, shape, dtype, outs, _, weak, cdtype, _, promote = instr
     if weak:
         vals = list(vals)
         for i in weak:
@@ -191,6 +240,14 @@ def lower_node(instr: tuple[Any, ...], vals: list[Any]) -> Any:
     tpl, ktpl = arg
     args = [_subst(a, vals) for a in tpl]
     kwargs = {k: _subst(v, vals) for k, v in ktpl}
+    if promote is not None:
+        cd, positions, names = promote
+        for p in positions:
+            if p < len(args):
+                args[p] = _promoted(args[p], cd)
+        for name in names:
+            if name in kwargs:
+                kwargs[name] = _promoted(kwargs[name], cd)
     rng = kwargs.pop("__rng__", None)
     if rng is not None:
         seed, offset = rng
@@ -414,7 +471,7 @@ def node_executable(
     """The small compiled program for one op instruction on ``vals``, and its compile time in ns
     (None when ``cache`` already held it). Keyed by the node's signature and the trace settings,
     which change what a lowering traces (a bfloat16 switch changes output types)."""
-    sig = (id(ins[1]), ins[2:6], ins[7:9], tuple((v.shape, v.dtype) for v in vals), settings)
+    sig = (id(ins[1]), ins[2:6], ins[7:9], ins[10], tuple((v.shape, v.dtype) for v in vals), settings)
     fn = cache.get(sig)
     if fn is not None:
         return fn, None

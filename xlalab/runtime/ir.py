@@ -2,9 +2,17 @@
 
 Every recorded aten op becomes a ``Node``. Leaves are device data (a JAX array) or
 scalar graph inputs (a Python float such as a learning rate, fed at run time so that
-changing it never recompiles). A node's structural ``hash`` is computed once, when it
-is created, from its op, static arguments and its operands' hashes - never from tensor
-values - so the sync never re-hashes the graph.
+changing it never recompiles).
+
+Two identities are computed once, when a node is created, never from tensor values:
+
+* ``sid``, the node's exact *structural id*: equal sids mean the same op, the same static
+  arguments (compared with their types: ``-1``/``-2``, ``True``/``1``/``1.0`` and
+  ``0.0``/``-0.0`` all differ) and the same output shape and dtype. Ids are handed out by
+  interning, whose dict compares whole keys, so two different nodes never share one. The
+  compiled-graph cache is keyed by sids and operand positions, never by a Python hash.
+* ``hash``, a structural hash over the whole subgraph, for people and file names (the
+  "graph hash" that debug output prints).
 """
 
 from __future__ import annotations
@@ -47,23 +55,59 @@ def slot(i: int) -> Slot:
 
 
 class Const:
-    """An integer or bool baked into a graph (from a wrapped Python number)."""
+    """A number baked into a graph: a wrapped integer or bool, a bool argument, or a float
+    argument that is not a graph input (``eps``).
 
-    __slots__ = ("_hash", "dtype", "value")
+    Equality is exact, with the type: Python says ``True == 1 == 1.0`` and ``0.0 == -0.0``,
+    but each of them gives a different program (a bool fill makes a bool tensor).
+    """
 
-    def __init__(self, value: Any, dtype: torch.dtype) -> None:
+    __slots__ = ("_hash", "_key", "dtype", "value")
+
+    def __init__(self, value: Any, dtype: torch.dtype | None) -> None:
         self.value = value
         self.dtype = dtype
-        self._hash = hash(("xla::const", value, dtype))
+        self._key = (type(value), value.hex() if type(value) is float else value, dtype)
+        self._hash = hash(self._key)
 
     def __hash__(self) -> int:
         return self._hash
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Const) and other.value == self.value and other.dtype == self.dtype
+        return type(other) is Const and other._key == self._key
 
     def __repr__(self) -> str:
         return repr(self.value)
+
+
+# Bool arguments are constants in templates, so that a template holding True never equals one
+# holding 1 (Python's ``True == 1``), wherever templates are compared: the meta memo, the cache.
+BOOLS = {True: Const(True, None), False: Const(False, None)}
+
+def typed(a: Any) -> Any:
+    """A static argument with its bools and floats as exact constants (lists become tuples)."""
+    tp = type(a)
+    if tp is bool:
+        return BOOLS[a]
+    if tp is float:
+        return Const(a, None)
+    if tp is list or tp is tuple:
+        return tuple([typed(x) for x in a])
+    return a
+
+
+_STRUCTURES: dict[Any, int] = {}  # exact structural key -> its id
+
+
+def structural_id(key: Any) -> int:
+    """The exact id of a structure (an op with its typed static arguments and output type).
+
+    A dict lookup compares the whole key after the hashes match, so equal ids mean equal keys.
+    """
+    sid = _STRUCTURES.get(key)
+    if sid is None:
+        sid = _STRUCTURES[key] = len(_STRUCTURES)
+    return sid
 
 
 class Node:
@@ -90,6 +134,7 @@ class Node:
         "op",
         "outs",
         "shape",
+        "sid",
         "src",
         "value",
     )
@@ -106,6 +151,7 @@ class Node:
         outs: tuple[tuple[Shape, torch.dtype], ...] | None = None,
         frames: Any = None,
         hash_: int | None = None,
+        sid: int | None = None,
     ) -> None:
         self.op = op
         self.src = src
@@ -116,13 +162,16 @@ class Node:
         self.value = value
         self.outs = outs
         self.frames = frames
-        if hash_ is not None:
-            self.hash = hash_  # the recorder computed it from its memo key
+        if hash_ is not None and sid is not None:
+            self.hash = hash_  # the recorder computed both from its memo key
+            self.sid = sid
         elif op is DATA or op is SCALAR:
             self.hash = hash((op, shape, dtype))
+            self.sid = structural_id((op, shape, dtype))
         else:
             # id(op): OpOverload hashes in Python, and this runs for every recorded op.
-            self.hash = hash((id(op), arg, shape, dtype, tuple([s.hash for s in src])))
+            self.sid = structural_id((id(op), arg, shape, dtype, outs))
+            self.hash = hash((self.sid, tuple([s.hash for s in src])))
 
     @property
     def is_leaf(self) -> bool:
@@ -148,6 +197,10 @@ _SCALAR_HASH = {
     torch.float64: hash((SCALAR, (), torch.float64)),
     torch.int64: hash((SCALAR, (), torch.int64)),
 }
+_SCALAR_SID = {
+    torch.float64: structural_id((SCALAR, (), torch.float64)),
+    torch.int64: structural_id((SCALAR, (), torch.int64)),
+}
 
 
 def scalar(value: float, device: int, dtype: torch.dtype = torch.float64) -> Node:
@@ -163,6 +216,7 @@ def scalar(value: float, device: int, dtype: torch.dtype = torch.float64) -> Nod
     n.outs = None
     n.frames = None
     n.hash = _SCALAR_HASH[dtype]
+    n.sid = _SCALAR_SID[dtype]
     return n
 
 

@@ -166,6 +166,64 @@ def all_reduce_node(nodes: Sequence[Node], reduce_type: str, scale: float, world
     )
 
 
+COLLECTIVE = "xla::collective"
+COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_to_all", "collective_permute")
+
+
+def _one_replica(kind: str, params: tuple[Any, ...], world: int, v: Any) -> Any:
+    """A collective traced without a replica axis: the value of a group of one.
+
+    A graph dump of a wider group gets a stand-in of the right shape (the replicas are
+    not there to exchange with); graph.execute refuses to *run* such a graph this way.
+    """
+    if kind == "all_gather":
+        return jnp.concatenate([v] * world, axis=params[0]) if world > 1 else v
+    if kind == "reduce_scatter":
+        _, scale, dim = params
+        out = lax.slice_in_dim(v, 0, v.shape[dim] // world, axis=dim) if world > 1 else v
+        return (out * scale).astype(v.dtype) if scale != 1.0 else out
+    if kind == "collective_permute":
+        # Replica 0 receives only if some pair sends to it (with one replica, from itself).
+        return v if any(dst == 0 for _, dst in params[0]) else jnp.zeros_like(v)
+    return v  # all_to_all of one replica: split into one piece and concatenated back
+
+
+def _lower_collective(vals: list[Any], arg: Any, shape: Any, dtype: Any) -> Any:
+    kind, params, world = arg
+    v = vals[0]
+    axis = getattr(_tls, "axis", None)
+    if axis is None:
+        return _one_replica(kind, params, world, v)
+    if kind == "all_gather":
+        return lax.all_gather(v, axis, axis=params[0], tiled=True)
+    if kind == "all_to_all":
+        split_dim, concat_dim = params
+        return lax.all_to_all(v, axis, split_dim, concat_dim, tiled=True)
+    if kind == "collective_permute":
+        return lax.ppermute(v, axis, perm=[tuple(p) for p in params[0]])
+    reduce_type, scale, dim = params
+    if reduce_type == "sum":
+        out = lax.psum_scatter(v, axis, scatter_dimension=dim, tiled=True)
+    else:
+        # JAX has a reduce-scatter for sums only: reduce everywhere, keep this replica's block.
+        size = v.shape[dim] // world
+        out = lax.dynamic_slice_in_dim(_reduce(v, reduce_type, axis), lax.axis_index(axis) * size, size, dim)
+    return (out * scale).astype(v.dtype) if scale != 1.0 else out
+
+
+graph.SPECIAL_LOWERINGS[COLLECTIVE] = _lower_collective
+graph.COLLECTIVES[COLLECTIVE] = lambda n: int(n.arg[2])
+
+
+def collective_node(kind: str, node: Node, params: tuple[Any, ...], world: int, shape: tuple[int, ...]) -> Node:
+    """One ``xla::collective`` node: ``kind`` (all_gather, reduce_scatter, all_to_all or
+    collective_permute) of ``node`` across ``world`` replicas, giving ``shape`` on each."""
+    if kind not in COLLECTIVE_KINDS:
+        raise ValueError(f"collective {kind!r} is not one of {', '.join(COLLECTIVE_KINDS)}")
+    metrics.count(f"xla::{kind}")
+    return Node(COLLECTIVE, (node,), (kind, params, int(world)), tuple(shape), node.dtype, node.device)
+
+
 # --------------------------------------------------------------------------- groups
 
 
@@ -518,7 +576,7 @@ def _difference(graphs: Sequence[graph.Graph], devices: Sequence[int]) -> str:
         if len(g.roots) != len(a.roots):
             return f"xla:{devices[0]} has {len(a.roots)} pending tensor(s), xla:{dev} has {len(g.roots)}"
         for i, (x, y) in enumerate(zip(a.nodes, g.nodes)):
-            if x.hash != y.hash or x.shape != y.shape:
+            if x.sid != y.sid or x.shape != y.shape:
                 return f"node {i}: {x.name} {x.shape} on xla:{devices[0]} but {y.name} {y.shape} on xla:{dev}"
         return f"xla:{devices[0]} has {len(a.nodes)} nodes, xla:{dev} has {len(g.nodes)}"
     return "no difference"

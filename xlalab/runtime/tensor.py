@@ -194,16 +194,37 @@ def _rebuild(host: torch.Tensor, device: str, requires_grad: bool, is_param: boo
     return t.requires_grad_(requires_grad) if requires_grad else t
 
 
-def wrap(node: Node, st: Storage | None = None, chain: tuple[Any, ...] = ()) -> XlaTensor:
-    """A new tensor object for ``node`` (a new storage unless one is given)."""
+def wrap(
+    node: Node,
+    st: Storage | None = None,
+    chain: tuple[Any, ...] = (),
+    layout: tuple[tuple[int, ...], int] | None = None,
+) -> XlaTensor:
+    """A new tensor object for ``node`` (a new storage unless one is given).
+
+    ``layout`` is the (strides, storage offset) that eager PyTorch would give the tensor (a
+    transposed view is not contiguous): a value's storage here has no physical layout, but
+    ``contiguous()``, ``reshape()`` and ``is_contiguous()`` decide between an alias and a copy
+    from these strides, exactly as in eager. Without it the tensor is contiguous.
+    """
     if st is None:
         st = Storage(node, node.device)
-    t = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
-        XlaTensor,
-        node.shape,  # type: ignore[arg-type]
-        dtype=node.dtype,
-        device=torch_device(node.device),
-    )
+    if layout is None:
+        t = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
+            XlaTensor,
+            node.shape,  # type: ignore[arg-type]
+            dtype=node.dtype,
+            device=torch_device(node.device),
+        )
+    else:
+        t = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
+            XlaTensor,
+            node.shape,  # type: ignore[arg-type]
+            strides=layout[0],
+            storage_offset=layout[1],
+            dtype=node.dtype,
+            device=torch_device(node.device),
+        )
     t._st = st
     if chain:
         t._chain = chain
@@ -331,9 +352,13 @@ class _Args:
             self.sig.append(a.shape)
             self.sig.append(a.dtype)
             return self.add(a)
-        if tp is float and is_scalar:
-            self.sig.append(float)
-            return self.add(ir.scalar(a, 0))
+        if tp is float:
+            if is_scalar:
+                self.sig.append(float)
+                return self.add(ir.scalar(a, 0))
+            return ir.Const(a, None)  # baked: exact, so 0.0 and -0.0 or 1.0 and 1 stay apart
+        if tp is bool:
+            return ir.BOOLS[a]
         if tp is list or tp is tuple:
             return tuple([self.entry(x, is_scalar) for x in a])
         if isinstance(a, torch.Tensor):
@@ -426,27 +451,30 @@ def record(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
     else:
         ktpl = ()
     arg = (tuple(tpl), ktpl)
+    # The memo key is exact (typed constants, see ir.Const), so it also names the node's
+    # structure: its entry carries the structural id handed out when it was first seen.
     key = (id(func), arg, tuple(sig))
     try:
-        meta = _META.get(key)
+        memo = _META.get(key)
     except TypeError:  # an unhashable argument: let eager PyTorch deal with it
         return None
-    if meta is None:
-        meta = _META[key] = _compute_meta(func, args, kwargs)
+    if memo is None:
+        memo = _META[key] = (_compute_meta(func, args, kwargs), ir.structural_id(key))
+    meta, sid = memo
     if meta is _NO_META:
         return None
     counters = _COUNTERS
     counters[inf.counter] = counters.get(inf.counter, 0) + 1
     src = tuple(operands)
-    h = hash((hash(key), *[s.hash for s in src]))
+    h = hash((sid, *[s.hash for s in src]))
     dev = acc.device if acc.device >= 0 else 0
     frames = ir_frames(_IR_DEBUG[1]) if _IR_DEBUG[0] else None
     if type(meta) is tuple:
-        return Node(func, src, arg, meta[0], meta[1], dev, None, None, frames, h)
+        return Node(func, src, arg, meta[0], meta[1], dev, None, None, frames, h, sid)
     outs = tuple(meta)
     if any(o is not None and type(o) is not tuple for o in outs):
         return None
-    return Node(func, src, arg, None, None, dev, None, outs, frames, h)  # type: ignore[arg-type]
+    return Node(func, src, arg, None, None, dev, None, outs, frames, h, sid)  # type: ignore[arg-type]
 
 
 # XLA_USE_EAGER_DEBUG_MODE: every op runs as soon as it is recorded (op by op).
@@ -569,9 +597,43 @@ def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
         return _lowered(func, args, kwargs)
     node = _view_node(func, value(base), tpl)
     metrics.count(info(func).counter)
-    t = wrap(node, base._st, (*base._chain, (func, tpl)))
+    t = wrap(node, base._st, (*base._chain, (func, tpl)), _view_layout(func, base, tpl))
     t._vcache = (base._st.node, node)
     return t
+
+
+_LAYOUTS: dict[Any, tuple[tuple[int, ...], int] | None] = {}
+
+
+def _view_layout(func: OpOverload, base: XlaTensor, tpl: tuple[Any, ...]) -> tuple[tuple[int, ...], int] | None:
+    """The strides and storage offset eager PyTorch gives ``func(base, *tpl)``, from a meta run of
+    the view on a tensor laid out like ``base`` (memoized; None when contiguous at offset 0)."""
+    shape, strides, offset = tuple(base.shape), base.stride(), base.storage_offset()
+    key = (id(func), shape, strides, offset, tpl)
+    try:
+        layout = _LAYOUTS.get(key, _NO_META)
+    except TypeError:
+        return None
+    if layout is not _NO_META:
+        return layout  # type: ignore[return-value]
+    layout = None
+    try:
+        extent = offset + sum((n - 1) * st for n, st in zip(shape, strides) if n > 0) + 1
+        meta = torch.empty(max(extent, 1), dtype=base.dtype, device="meta").as_strided(shape, strides, offset)
+        out = func(meta, *tpl)
+        if not (out.is_contiguous() and out.storage_offset() == 0):
+            layout = (tuple(out.stride()), out.storage_offset())
+    except Exception:
+        layout = None  # the shape rule already accepted the view: keep it contiguous
+    _LAYOUTS[key] = layout
+    return layout
+
+
+def _layout_of(t: torch.Tensor) -> tuple[tuple[int, ...], int] | None:
+    """``t``'s strides and offset, when they are not plain contiguous ones (see ``wrap``)."""
+    if t.is_contiguous() and t.storage_offset() == 0:
+        return None
+    return tuple(t.stride()), t.storage_offset()
 
 
 def _multi_view(split: Callable[..., list[tuple[OpOverload, tuple[Any, ...]]]]) -> Handler:
@@ -609,7 +671,7 @@ def _split_views(base: XlaTensor, split_size: Any, dim: int = 0) -> list[tuple[O
 def _alias(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """detach/alias: a new tensor object over the same storage and view chain."""
     src = args[0]
-    t = wrap(value(src), src._st, src._chain)
+    t = wrap(value(src), src._st, src._chain, _layout_of(src))
     t._vcache = src._vcache
     metrics.count(info(func).counter)
     return t

@@ -20,9 +20,16 @@ Contract (what a lowering function receives and returns):
   Python value; int lists arrive as tuples.
 * A lowering whose formula depends on a Scalar's value (a norm's ``ord``) names it in
   ``static=``: that argument is then baked into the graph instead of fed at run time.
+* Elementwise ops that torch type-promotes (those whose ``torch._refs`` reference carries
+  torch's promotion wrapper: add, mul, div, where, clamp, comparisons...) receive their
+  promoting arguments already in torch's *computation* dtype (``runtime/promotion.py``):
+  ``int64 + uint8`` arrives as two int64 arrays, a bfloat16 ``add`` as float32 arrays
+  (torch's "opmath"), a ``-3`` for a uint8 op as 253. The lowering computes in what it
+  receives. Every other lowering must itself compute in the dtype torch computes in (a
+  cast after the arithmetic cannot undo an overflow or a rounding), e.g. upcast half
+  precision where torch's kernel does.
 * It returns one array, or a tuple/list of arrays for multi-output ops. The runtime
-  casts each result to the dtype torch's meta kernel predicts, so a lowering must
-  get the *shape* right and may be loose about dtype promotion.
+  casts each result to the dtype torch's meta kernel predicts, and checks its shape.
 """
 
 from __future__ import annotations

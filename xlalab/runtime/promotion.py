@@ -1,0 +1,154 @@
+"""The dtype an elementwise op computes in, by torch's own type-promotion rules.
+
+A cast after the arithmetic cannot undo an overflow or a rounding: ``int64 + uint8`` must add
+in int64, and a bfloat16 ``add`` rounds once, from float32 ("opmath"), as torch's kernels do.
+So before an elementwise lowering runs, the runtime casts its operands to the computation
+dtype that torch would use, and only the result is cast to the result dtype.
+
+Which arguments take part, and how (default, int-to-float, always-bool, no opmath...), is not
+restated here: it is read off torch's reference implementations (``torch._refs``), which carry
+torch's elementwise type-promotion wrapper. Ops without such a reference keep their lowering's
+own dtype handling.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+import torch._refs
+import torch._refs.nn.functional
+import torch._refs.special
+from torch._ops import OpOverload
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+from torch._prims_common.wrappers import elementwise_type_promotion_wrapper
+
+
+class Rule(NamedTuple):
+    """Where the promoting arguments sit in the aten schema, and the promotion kind."""
+
+    positions: tuple[int, ...]
+    names: tuple[str, ...]  # the same arguments' aten names (for keyword calls)
+    kind: ELEMENTWISE_TYPE_PROMOTION_KIND
+
+
+# aten overloads whose reference goes by another name.
+_ALIASES = {
+    torch.ops.aten.div.Tensor: "true_divide",
+    torch.ops.aten.div.Scalar: "true_divide",
+}
+
+_REF_MODULES = (torch._refs, torch._refs.special, torch._refs.nn.functional)
+
+
+def _reference(name: str) -> Any:
+    for module, prefix in ((torch._refs.special, "special_"), (torch._refs.nn.functional, "")):
+        if name.startswith(prefix) and prefix and hasattr(module, name.removeprefix(prefix)):
+            return getattr(module, name.removeprefix(prefix))
+    for module in _REF_MODULES:
+        ref = getattr(module, name, None)
+        if callable(ref):
+            return ref
+    return None
+
+
+def _wrapper_of(ref: Any) -> tuple[elementwise_type_promotion_wrapper, inspect.Signature] | None:
+    """The promotion wrapper inside a reference's closures, with the signature it binds."""
+    queue, seen = [ref], set()
+    while queue:
+        fn = queue.pop(0)
+        if id(fn) in seen or len(seen) > 64:
+            continue
+        seen.add(id(fn))
+        cells = []
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                cells.append(cell.cell_contents)
+            except ValueError:
+                continue
+        wrapper = next((c for c in cells if isinstance(c, elementwise_type_promotion_wrapper)), None)
+        signature = next((c for c in cells if isinstance(c, inspect.Signature)), None)
+        if wrapper is not None and signature is not None:
+            return wrapper, signature
+        queue.extend(c for c in cells if inspect.isfunction(c))
+        wrapped = getattr(fn, "__wrapped__", None)
+        if wrapped is not None:
+            queue.append(wrapped)
+    return None
+
+
+@functools.cache
+def rule(op: OpOverload) -> Rule | None:
+    """The promotion rule of an aten overload, or None when torch has no elementwise reference."""
+    namespace, _, name = op._schema.name.partition("::")
+    if namespace != "aten" or name.endswith("_") or not name:
+        return None  # prims take operands already promoted; in-place ops record their functional twin
+    name = _ALIASES.get(op, name)
+    ref = _reference(name)
+    found = _wrapper_of(ref) if ref is not None else None
+    if found is None:
+        return None
+    wrapper, signature = found
+    ref_params = list(signature.parameters)
+    schema_args = [a for a in op._schema.arguments if not a.kwarg_only]
+    positions, names = [], []
+    for ref_name in wrapper.type_promoting_arg_names or ():
+        if ref_name not in ref_params:
+            return None
+        i = ref_params.index(ref_name)
+        if i >= len(schema_args):
+            return None  # the reference and the schema disagree: trust neither
+        arg_type = str(schema_args[i].type)
+        if "Tensor" not in arg_type and "number" not in arg_type:
+            return None
+        positions.append(i)
+        names.append(schema_args[i].name)
+    return Rule(tuple(positions), tuple(names), wrapper.type_promotion_kind)
+
+
+def compute_dtype(rule_: Rule, operands: list[Any]) -> torch.dtype | None:
+    """Torch's computation dtype for ``operands``: each a ``(shape, dtype)`` pair for a tensor,
+    a Python number for a wrapped number, or None for an absent optional argument."""
+    args = []
+    for a in operands:
+        if a is None:
+            continue
+        if type(a) is tuple:
+            args.append(torch.empty(a[0], dtype=a[1], device="meta"))
+        else:
+            args.append(a)
+    if not args:
+        return None
+    try:
+        computation, _ = elementwise_dtypes(*args, type_promotion_kind=rule_.kind)
+    except Exception:
+        return None  # torch rejects the combination: the lowering (and eager) will say why
+    return computation
+
+
+_INTEGRAL = {
+    torch.bool: np.bool_,
+    torch.uint8: np.uint8,
+    torch.int8: np.int8,
+    torch.int16: np.int16,
+    torch.int32: np.int32,
+    torch.int64: np.int64,
+}
+
+
+def python_number(value: Any, dtype: torch.dtype) -> Any:
+    """A Python number as torch converts it to an integral computation dtype (a C cast that wraps:
+    ``uint8`` sees ``-3`` as 253); numbers for floating dtypes are left to JAX's weak typing."""
+    target = _INTEGRAL.get(dtype)
+    if target is None or type(value) is float:
+        return value
+    if dtype is torch.bool:
+        return bool(value)
+    if type(value) is bool:
+        return value
+    if not -(2**63) <= value < 2**64:
+        return value
+    return int(np.asarray(value, dtype=np.uint64 if value >= 2**63 else np.int64).astype(target))
