@@ -107,6 +107,14 @@ def test_load_opens_a_comm_with_hello_and_updates_follow_the_cells(frontend: Fro
     hello = opened[0]["content"]["data"]
     assert hello["v"] == 1 and hello["type"] == "hello"
     assert hello["snapshot"]["compiles"]["uncached"] == 0
+    # Loading xlalab starts no device: the notebook may still set XLA_NUM_DEVICES or PJRT_DEVICE.
+    import jax
+    import torch
+
+    runtime = hello["runtime"]
+    assert runtime["started"] is False and runtime["device_count"] == 0
+    assert runtime["jax"] == jax.__version__ and runtime["torch"] == torch.__version__
+    assert runtime["compile_cache_dir"] is None
     cid = opened[0]["content"]["comm_id"]
 
     frontend.execute(SETUP)
@@ -118,6 +126,11 @@ def test_load_opens_a_comm_with_hello_and_updates_follow_the_cells(frontend: Fro
     last = updates[-1]["snapshot"]
     assert last["compiles"]["uncached"] == 2 and last["compiles"]["cached"] == 1
     assert last["executions"]["count"] == 3
+    # The user's code started the device: updates now say where the kernel runs.
+    assert updates[-1]["runtime"] == {**runtime, **updates[-1]["runtime"]}
+    assert updates[-1]["runtime"]["started"] is True
+    assert updates[-1]["runtime"]["platform"] == "cpu" and updates[-1]["runtime"]["hw"] == "CPU"
+    assert updates[-1]["runtime"]["device_count"] == 1 and updates[-1]["runtime"]["device_kind"] == "cpu"
     events = [e for u in updates for e in u["events"]]
     kinds = [e["kind"] for e in events]
     assert kinds.count("compile_start") == 2
@@ -161,6 +174,16 @@ def test_frontend_opened_comm_gets_hello_and_answers_requests(frontend: Frontend
                 and m["content"]["data"].get("id") == rid
             )
         )["content"]["data"]
+
+    # The persistent compile cache, as JAX's config has it now (turned on in the notebook).
+    assert ask(20, what="runtime")["result"]["compile_cache_dir"] is None
+    frontend.execute(
+        "import jax\njax.config.update('jax_compilation_cache_dir', '/tmp/xlalab-test-jax-cache')"
+    )
+    on = ask(21, what="runtime")["result"]
+    assert on["compile_cache_dir"] == "/tmp/xlalab-test-jax-cache" and on["started"] is True
+    frontend.execute("jax.config.update('jax_compilation_cache_dir', None)")
+    assert ask(22, what="runtime")["result"]["compile_cache_dir"] is None
 
     snap = ask(1, what="snapshot")
     assert snap["ok"] and snap["result"]["compiles"]["uncached"] == 3

@@ -27,16 +27,43 @@ export function formatElapsed(seconds: number): string {
   return s < 100 ? `${s.toFixed(1)} s` : `${Math.round(s)} s`;
 }
 
-const BYTE_UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+const BYTE_UNITS = ['B', 'KB', 'MB', 'GB', 'TB'];
 
+/**
+ * Sizes as a person writes them: "4 B", "5.1 KB", "12 MB" (decimal units, one decimal
+ * below 10, none from 10 on, never a trailing ".0").
+ */
 export function formatBytes(bytes: number): string {
   let value = Number.isFinite(bytes) && bytes > 0 ? bytes : 0;
   let unit = 0;
-  while (value >= 1024 && unit < BYTE_UNITS.length - 1) {
-    value /= 1024;
+  while (value >= 1000 && unit < BYTE_UNITS.length - 1) {
+    value /= 1000;
     unit += 1;
   }
-  return unit === 0 ? `${value} B` : `${value.toFixed(1)} ${BYTE_UNITS[unit]}`;
+  if (unit === 0) {
+    return `${Math.round(value)} B`;
+  }
+  // 999.96 KB rounds to "1000 KB": say "1 MB" instead.
+  if (Math.round(value) >= 1000 && unit < BYTE_UNITS.length - 1) {
+    value /= 1000;
+    unit += 1;
+  }
+  const text = value < 9.95 ? value.toFixed(1).replace(/\.0$/, '') : String(Math.round(value));
+  return `${text} ${BYTE_UNITS[unit]}`;
+}
+
+/**
+ * A count with its noun, singular or plural as the number asks: "1 transfer",
+ * "3 transfers", "0 compiles". `plural` defaults to the noun plus "s".
+ */
+export function countOf(n: number, noun: string, plural = `${noun}s`): string {
+  const count = formatCount(n);
+  return `${count} ${count === '1' ? noun : plural}`;
+}
+
+/** The noun alone, for text around a count element: "transfer" for 1, else "transfers". */
+export function nounFor(n: number, noun: string, plural = `${noun}s`): string {
+  return formatCount(n) === '1' ? noun : plural;
 }
 
 /** A graph hash as shown in lists: its first 8 hex digits and an ellipsis. */

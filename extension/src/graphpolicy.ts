@@ -107,3 +107,47 @@ export function chooseGraphMode(
   }
   return { mode: 'layout' };
 }
+
+/** A dot label: `label="..."`, with escaped quotes allowed inside. */
+const LABEL = /label="((?:[^"\\]|\\.)*)"/g;
+
+/**
+ * Drawing-only tidying of the kernel's dot labels. The dump follows torch_xla's format,
+ * where a node says its shape twice (`f32[2]{0}` and `xla_shape=f32[2]{0}`); drawn, the
+ * second copy only makes the box bigger.
+ */
+export function tidyDotLabels(dot: string): string {
+  return dot.replace(LABEL, (whole, text: string) => {
+    const lines = text.split('\\n');
+    if (lines.length < 3) {
+      return whole;
+    }
+    const shape = lines[1];
+    const kept = lines.filter((line, i) => i < 2 || line !== `xla_shape=${shape}`);
+    return kept.length === lines.length ? whole : `label="${kept.join('\\n')}"`;
+  });
+}
+
+function dotEscape(text: string): string {
+  return text.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, ' ');
+}
+
+/** Adds a line at the end of the labels of the nodes named in `notes` (node id -> text). */
+export function annotateDot(dot: string, notes: Map<string, string>): string {
+  if (!notes.size) {
+    return dot;
+  }
+  return dot.replace(
+    /^(\s*"?(node\d+)"?\s*\[)([^\n]*)$/gm,
+    (whole, head: string, id: string, rest: string) => {
+      const note = notes.get(id);
+      if (note === undefined) {
+        return whole;
+      }
+      const annotated = rest.replace(/label="((?:[^"\\]|\\.)*)"/, (_m, text: string) => {
+        return `label="${text}\\n${dotEscape(note)}"`;
+      });
+      return head + annotated;
+    }
+  );
+}

@@ -7,14 +7,38 @@ import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
 import { h, replaceChildren } from './dom';
-import { formatCount, shortHash, truncate } from './format';
-import { GRAPH_MIME, GraphNode, GraphPayload, chooseGraphMode, readGraphPayload } from './graphpolicy';
+import { countOf, formatCount, shortHash, truncate } from './format';
+import { NodeChange } from './graphdiff';
+import {
+  GRAPH_MIME,
+  GraphNode,
+  GraphPayload,
+  annotateDot,
+  chooseGraphMode,
+  readGraphPayload,
+  tidyDotLabels
+} from './graphpolicy';
 import { layoutDot } from './layout';
 import { PanZoom, parseViewBox } from './panzoom';
+import { SourceLocation } from './protocol';
 import { sanitizeSvg } from './svgsanitize';
 
 function testId(id: string): Record<string, string> {
   return { 'data-testid': id };
+}
+
+/** Node labels are drawn at least this tall (screen px) when the graph first shows. */
+export const MIN_LABEL_PX = 12;
+
+/**
+ * How a graph view jumps to a notebook line. The plugin sets it when JupyterLab starts
+ * (index.ts); the MIME renderer, a separate entry point of the same bundle, reads it.
+ */
+export const graphLinks: { jumpTo: ((where: SourceLocation) => void) | null } = { jumpTo: null };
+
+export interface GraphViewOptions {
+  /** nodes to highlight (a recompile's differences), by dot node id */
+  changes?: Map<string, NodeChange>;
 }
 
 export class GraphView extends Widget implements IRenderMime.IRenderer {
@@ -39,7 +63,7 @@ export class GraphView extends Widget implements IRenderMime.IRenderer {
   }
 
   /** Renders a payload (from an output, or from a `graph` request's reply). */
-  async renderPayload(raw: unknown): Promise<void> {
+  async renderPayload(raw: unknown, options: GraphViewOptions = {}): Promise<void> {
     const payload = readGraphPayload(raw);
     this._reset();
     if (!payload) {
@@ -54,9 +78,11 @@ export class GraphView extends Widget implements IRenderMime.IRenderer {
       return;
     }
     replaceChildren(this._canvas, h('p', { class: 'xlalab-Graph-message' }, 'Laying out the graph…'));
+    const changes = options.changes ?? new Map<string, NodeChange>();
+    const notes = new Map([...changes].map(([id, change]) => [id, change.note]));
     let svgText: string;
     try {
-      svgText = await layoutDot(payload.dot);
+      svgText = await layoutDot(annotateDot(tidyDotLabels(payload.dot), notes));
     } catch (error) {
       this._renderSummary(payload, (error as Error).message);
       return;
@@ -74,9 +100,54 @@ export class GraphView extends Widget implements IRenderMime.IRenderer {
     svg.setAttribute('width', '100%');
     svg.setAttribute('height', '100%');
     svg.classList.add('xlalab-Graph-svg');
+    for (const group of svg.querySelectorAll('g.node')) {
+      const change = changes.get(group.querySelector('title')?.textContent?.trim() ?? '');
+      if (change) {
+        group.classList.add('xlalab-mod-diff', `xlalab-mod-${change.kind}`);
+        group.setAttribute('data-change', change.kind);
+      }
+    }
     replaceChildren(this._canvas, svg);
     this._panZoom = new PanZoom(svg, home);
     this._renderToolbar();
+    this._legibleOnceShown(svg);
+  }
+
+  /**
+   * The first view: the whole graph when its labels are legible that way, else the top of
+   * the graph at a zoom where they are (a 300-node graph fitted into 420 px has 2 px text).
+   */
+  private _legibleOnceShown(svg: SVGSVGElement): void {
+    const fontSize = Math.max(
+      0,
+      ...[...svg.querySelectorAll('g.node text')]
+        .slice(0, 50)
+        .map(t => Number(t.getAttribute('font-size')) || 0)
+    );
+    if (!fontSize) {
+      return;
+    }
+    const apply = (): boolean => {
+      const panZoom = this._panZoom;
+      const ppu = panZoom?.pixelsPerUnit() ?? 0;
+      if (!panZoom || ppu <= 0 || svg.getBoundingClientRect().width <= 0) {
+        return false;
+      }
+      if (ppu * fontSize < MIN_LABEL_PX) {
+        panZoom.showTopAt(MIN_LABEL_PX / fontSize);
+      }
+      return true;
+    };
+    if (apply() || typeof ResizeObserver === 'undefined') {
+      return;
+    }
+    // Not on screen yet (an output being attached, a hidden tab): once it has a size.
+    const observer = new ResizeObserver(() => {
+      if (this.isDisposed || !svg.isConnected || apply()) {
+        observer.disconnect();
+      }
+    });
+    observer.observe(this._canvas);
   }
 
   dispose(): void {
@@ -98,21 +169,26 @@ export class GraphView extends Widget implements IRenderMime.IRenderer {
   }
 
   private _renderHeader(payload: GraphPayload): void {
-    const shown =
-      payload.shown_nodes < payload.num_nodes
-        ? `${formatCount(payload.shown_nodes)} of ${formatCount(payload.num_nodes)} nodes shown`
-        : `${formatCount(payload.num_nodes)} nodes`;
+    const parts: string[] = [];
+    // The kernel's titles usually name the hash and the node count already: say each once.
+    if (payload.hash && !payload.title.includes(payload.hash)) {
+      parts.push(`graph ${shortHash(payload.hash)}`);
+    }
+    if (payload.shown_nodes < payload.num_nodes) {
+      parts.push(`${payload.shown_nodes} of ${countOf(payload.num_nodes, 'node')} shown`);
+    } else if (!/\bnodes?\b/.test(payload.title)) {
+      parts.push(countOf(payload.num_nodes, 'node'));
+    }
     replaceChildren(
       this._header,
-      h('span', { class: 'xlalab-Graph-title' }, truncate(payload.title || 'XLA graph', 200)),
       h(
         'span',
-        { class: 'xlalab-Graph-meta' },
-        // The kernel's titles usually name the hash already.
-        payload.hash && !payload.title.includes(payload.hash)
-          ? `graph ${shortHash(payload.hash)}, ${shown}`
-          : shown
-      )
+        { class: 'xlalab-Graph-title', attrs: testId('xlalab-graph-title') },
+        truncate(payload.title || 'XLA graph', 200)
+      ),
+      parts.length
+        ? h('span', { class: 'xlalab-Graph-meta', attrs: testId('xlalab-graph-meta') }, parts.join(', '))
+        : null
     );
   }
 
@@ -210,12 +286,52 @@ export class GraphView extends Widget implements IRenderMime.IRenderer {
       field('op', node.op),
       field('shape', node.shape || '—'),
       node.roots.length ? field('root of outputs', node.roots.join(', ')) : null,
-      h('div', { class: 'xlalab-Field-label' }, node.frames.length ? 'source' : 'no source frames'),
+      node.frames.length
+        ? h('div', { class: 'xlalab-Field-label' }, 'source')
+        : h(
+            'p',
+            { class: 'xlalab-Graph-noFrames', attrs: testId('xlalab-graph-no-frames') },
+            'No source line was recorded for this node. Run ',
+            h('code', {}, '%xla_debug on'),
+            ' before the code that builds the graph: it records the line that creates every op.'
+          ),
+      node.frames.length
+        ? h('ol', { class: 'xlalab-Frames' }, ...node.frames.map(f => this._frameItem(f)))
+        : null
+    );
+  }
+
+  /** A source frame; one in a notebook cell is a link that jumps to its cell and line. */
+  private _frameItem(frame: SourceLocation): HTMLElement {
+    const suffix = frame.function && frame.function !== '<module>' ? ` in ${frame.function}` : '';
+    const jumpTo = graphLinks.jumpTo;
+    if (!frame.cell || !jumpTo) {
+      return h('li', {}, h('code', {}, frame.label), suffix);
+    }
+    return h(
+      'li',
+      {},
       h(
-        'ol',
-        { class: 'xlalab-Frames' },
-        ...node.frames.map(f => h('li', {}, h('code', {}, f.label), f.function ? ` in ${f.function}` : ''))
-      )
+        'a',
+        {
+          class: 'xlalab-FrameLink',
+          attrs: {
+            href: '#',
+            'data-testid': 'xlalab-frame-link',
+            'data-cell-id': frame.cell.cell_id ?? '',
+            'data-line': frame.line,
+            title: `Go to ${frame.label}`
+          },
+          on: {
+            click: (event: Event) => {
+              event.preventDefault();
+              jumpTo(frame);
+            }
+          }
+        },
+        frame.label
+      ),
+      suffix
     );
   }
 }

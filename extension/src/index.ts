@@ -10,10 +10,12 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { BridgeRegistry } from './comm';
 import { ActiveKernel } from './current';
 import { shortHash } from './format';
-import { GraphView } from './graphview';
+import { GraphDiffView } from './graphdiffview';
+import { GraphView, graphLinks } from './graphview';
 import { xlaIcon } from './icon';
 import { jumpToLocation } from './jump';
 import { PANEL_ID, XlaPanel } from './panel';
+import { SourceLocation } from './protocol';
 import { XlaStatusItem } from './statusbar';
 
 export const OPEN_PANEL_COMMAND = 'xlalab:open-panel';
@@ -42,6 +44,46 @@ async function openGraph(app: JupyterFrontEnd, active: ActiveKernel, hash: strin
   await view.renderPayload(payload);
 }
 
+/**
+ * Opens a recompile's two graphs side by side: `before` compiled at the same place
+ * earlier, `after` replaced it.
+ */
+async function openGraphDiff(
+  app: JupyterFrontEnd,
+  active: ActiveKernel,
+  before: string,
+  after: string,
+  title: string
+): Promise<void> {
+  const bridge = active.bridge;
+  if (!bridge) {
+    return;
+  }
+  let payloads: unknown[];
+  try {
+    payloads = await Promise.all(
+      [before, after].map(hash => bridge.request('graph', { hash, format: 'dot' }))
+    );
+  } catch (error) {
+    Notification.error(
+      `XLA graphs ${shortHash(before)} and ${shortHash(after)}: ${(error as Error).message}`,
+      {
+        autoClose: 5000
+      }
+    );
+    return;
+  }
+  const view = new GraphDiffView(title);
+  const widget = new MainAreaWidget({ content: view });
+  widget.id = `xlalab-graph-diff-${before}-${after}-${Date.now()}`;
+  widget.title.label = `XLA recompile ${shortHash(before)} → ${shortHash(after)}`;
+  widget.title.icon = xlaIcon;
+  widget.title.closable = true;
+  widget.addClass('xlalab-GraphWidget');
+  app.shell.add(widget, 'main', { mode: 'split-right' });
+  await view.render(payloads[0], payloads[1]);
+}
+
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'xlalab-jupyterlab:plugin',
   description: "Shows what the active notebook's xlalab kernel compiles, executes and transfers.",
@@ -57,16 +99,20 @@ const plugin: JupyterFrontEndPlugin<void> = {
   ) => {
     const active = new ActiveKernel(tracker, new BridgeRegistry());
 
+    const jumpTo = (where: SourceLocation): void => {
+      const notebook = active.panel;
+      if (notebook) {
+        void jumpToLocation(notebook, where, id => app.shell.activateById(id));
+      }
+    };
+    graphLinks.jumpTo = jumpTo;
     const panel = new XlaPanel(active, {
-      jumpTo: where => {
-        const notebook = active.panel;
-        if (notebook) {
-          void jumpToLocation(notebook, where, id => app.shell.activateById(id));
-        }
-      },
-      openGraph: hash => void openGraph(app, active, hash)
+      jumpTo,
+      openGraph: hash => void openGraph(app, active, hash),
+      compareGraphs: (before, after, title) => void openGraphDiff(app, active, before, after, title)
     });
     panel.title.icon = xlaIcon;
+    panel.title.caption = "XLA: what the notebook's kernel compiles, runs and transfers";
     app.shell.add(panel, 'right', { rank: 900 });
     restorer?.add(panel, PANEL_ID);
 

@@ -8,6 +8,7 @@
 import {
   PROTOCOL_VERSION,
   Hello,
+  RuntimeInfo,
   Snapshot,
   SourceLocation,
   XlaEvent,
@@ -17,6 +18,7 @@ import {
   num,
   readEvent,
   readHello,
+  readRuntime,
   readSnapshot,
   readWarning,
   str
@@ -48,8 +50,53 @@ export interface CompileInProgress {
 /** Event kinds the timeline draws; others are not kept. */
 const TIMELINE_KINDS = new Set(['compile_start', 'compile', 'execute', 'transfer', 'fallback', 'sync']);
 
-/** The timeline shows a window of recent activity; older events are dropped. */
-export const MAX_TIMELINE_EVENTS = 2000;
+/** The timeline keeps the last this many events (any age); older ones are dropped. */
+export const MAX_TIMELINE_EVENTS = 5000;
+
+/** One card of the warning list: the warnings of one kind and title at one line, merged. */
+export interface WarningCard extends XlaWarning {
+  /** the merged warnings, oldest first (one for most cards) */
+  variants: XlaWarning[];
+}
+
+function placeKey(w: XlaWarning): string | null {
+  const where = w.where;
+  if (!where) {
+    return null;
+  }
+  const cell = where.cell ? (where.cell.cell_id ?? `[${where.cell.execution_count}]`) : '';
+  return `${w.category}\u0000${w.title}\u0000${cell}\u0000${where.file}\u0000${where.line}`;
+}
+
+/**
+ * Merges warnings that say the same thing about the same line into one card, newest
+ * first. The kernel keeps one warning per distinct change ("keep: s64[8,1] → s64[7,1]",
+ * then "s64[7,1] → s64[5,1]"); to a reader those are one recompiling line, counted.
+ */
+export function groupWarnings(warnings: XlaWarning[]): WarningCard[] {
+  const groups = new Map<string, XlaWarning[]>();
+  for (const w of [...warnings].sort((a, b) => a.id - b.id)) {
+    const key = placeKey(w) ?? `id\u0000${w.id}`;
+    const group = groups.get(key);
+    if (group) {
+      group.push(w);
+    } else {
+      groups.set(key, [w]);
+    }
+  }
+  const cards: WarningCard[] = [];
+  for (const variants of groups.values()) {
+    const newest = variants[variants.length - 1];
+    const before = variants.length > 1 ? variants[variants.length - 2] : null;
+    cards.push({
+      ...newest,
+      count: variants.reduce((sum, w) => sum + w.count, 0),
+      previous_graph_hash: newest.previous_graph_hash ?? before?.graph_hash ?? null,
+      variants
+    });
+  }
+  return cards.sort((a, b) => b.id - a.id);
+}
 
 export interface KernelModelOptions {
   /** at most one change notification per this many ms (default 100) */
@@ -60,6 +107,8 @@ export interface KernelModelOptions {
 export class KernelModel {
   status: ConnectionStatus = 'probing';
   hello: Hello | null = null;
+  /** where the kernel runs; the hello's, then the latest update's */
+  runtime: RuntimeInfo | null = null;
   /** the user-facing text for status 'mismatch' */
   mismatchMessage = '';
   snapshot: Snapshot = emptySnapshot();
@@ -74,6 +123,8 @@ export class KernelModel {
   generation = 0;
   /** bumped whenever the warning list changes, so views rebuild it only then */
   warningsVersion = 0;
+  /** bumped on every clear (ours or another page's), so views drop what they showed */
+  clears = 0;
 
   private _warnings = new Map<number, XlaWarning>();
   private _lastSeq: number | null = null;
@@ -105,6 +156,11 @@ export class KernelModel {
   /** Warnings, newest first. */
   warningList(): XlaWarning[] {
     return [...this._warnings.values()].sort((a, b) => b.id - a.id);
+  }
+
+  /** The warning list's cards: one per line and kind of finding, newest first. */
+  warningCards(): WarningCard[] {
+    return groupWarnings([...this._warnings.values()]);
   }
 
   /** [op, count] pairs, most frequent first. */
@@ -177,6 +233,7 @@ export class KernelModel {
   }
 
   private _forgetShown(): void {
+    this.clears += 1;
     this._warnings.clear();
     this.warningsVersion += 1;
     this.events = [];
@@ -226,6 +283,7 @@ export class KernelModel {
   private _applyHello(data: Record<string, unknown>): void {
     this._reset('connected');
     this.hello = readHello(data);
+    this.runtime = this.hello.runtime;
     this.snapshot = readSnapshot(data.snapshot);
     this._measureClock(this.snapshot.time);
     if (Array.isArray(data.warnings)) {
@@ -255,6 +313,10 @@ export class KernelModel {
       this.snapshot = readSnapshot(data.snapshot);
     }
     this.droppedEvents += num(data.dropped);
+    const runtime = readRuntime(data.runtime);
+    if (runtime) {
+      this.runtime = runtime;
+    }
     if (data.cleared === true) {
       // Some frontend asked the kernel to clear: what this panel showed is gone there too.
       this._forgetShown();
@@ -315,6 +377,7 @@ export class KernelModel {
   private _reset(status: ConnectionStatus): void {
     this.status = status;
     this.hello = null;
+    this.runtime = null;
     this.mismatchMessage = '';
     this.snapshot = emptySnapshot();
     this.events = [];

@@ -10,10 +10,19 @@ import { Widget } from '@lumino/widgets';
 
 import { ActiveKernel } from './current';
 import { h, replaceChildren, setText } from './dom';
-import { formatBytes, formatCount, formatElapsed, formatSeconds, shortHash } from './format';
+import {
+  countOf,
+  formatBytes,
+  formatCount,
+  formatElapsed,
+  formatSeconds,
+  nounFor,
+  shortHash
+} from './format';
 import { KernelModel } from './model';
 import { SourceLocation } from './protocol';
-import { layoutTimeline, renderTimeline } from './timeline';
+import { runtimeRows } from './runtimeinfo';
+import { LEGEND, layoutTimeline, renderTimeline } from './timeline';
 import { renderWarnings } from './warninglist';
 
 export const PANEL_ID = 'xlalab-panel';
@@ -22,7 +31,17 @@ export const PANEL_ID = 'xlalab-panel';
 export interface PanelActions {
   jumpTo(where: SourceLocation): void;
   openGraph(graphHash: string): void;
+  /** opens two graphs side by side with their differences marked */
+  compareGraphs(before: string, after: string, title: string): void;
 }
+
+/** The timeline's window choices: label -> seconds (null: every event kept). */
+const TIMELINE_WINDOWS: [string, number | null][] = [
+  ['last minute', 60],
+  ['last 10 minutes', 600],
+  ['last hour', 3600],
+  ['all kept events', null]
+];
 
 /** How often the "compiling… N s" text and the growing bar are redrawn. */
 const TICK_MS = 200;
@@ -58,13 +77,27 @@ export class XlaPanel extends Widget {
     transfersFrom: stat('xlalab-transfers-from'),
     fallbacks: stat('xlalab-fallbacks')
   };
+  /** the words next to counts: "execution"/"executions", sizes */
+  private readonly _words = {
+    executions: h('span', {}),
+    bytesTo: h('span', { class: 'xlalab-Bytes', attrs: testId('xlalab-bytes-to') }),
+    bytesFrom: h('span', { class: 'xlalab-Bytes', attrs: testId('xlalab-bytes-from') })
+  };
+  private readonly _runtime = h('table', {
+    class: 'xlalab-Table xlalab-Runtime',
+    attrs: testId('xlalab-runtime')
+  });
+  private _timelineWindow: number | null = null;
+  private _clears = -1;
+  private _generation = -1;
   private readonly _transferRow = h('div', { class: 'xlalab-Stat' });
   private readonly _fallbackList = h('ul', { class: 'xlalab-FallbackList' });
   private readonly _timeline = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
   private readonly _warningCount = h('span', { class: 'xlalab-Count' });
   private readonly _warnings = h('ul', { class: 'xlalab-Warnings', attrs: testId('xlalab-warnings') });
   private readonly _notice = h('div', { class: 'xlalab-Notice' });
-  private readonly _report = h('pre', { class: 'xlalab-Report' });
+  private readonly _reportText = h('pre', { class: 'xlalab-Report', attrs: testId('xlalab-report') });
+  private readonly _report = h('section', { class: 'xlalab-Section xlalab-mod-hidden' });
 
   constructor(
     private readonly _active: ActiveKernel,
@@ -73,7 +106,7 @@ export class XlaPanel extends Widget {
     super();
     this.id = PANEL_ID;
     this.addClass('xlalab-Panel');
-    this.title.caption = 'XLA';
+    this.title.caption = "XLA: what the notebook's kernel compiles, runs and transfers";
     this._timeline.setAttribute('data-testid', 'xlalab-timeline');
     this._timeline.setAttribute('class', 'xlalab-Timeline');
     this._buildDom();
@@ -97,6 +130,7 @@ export class XlaPanel extends Widget {
 
   private _buildDom(): void {
     const s = this._stats;
+    const w = this._words;
     const row = (label: string, ...values: (Node | string)[]): HTMLElement =>
       h(
         'div',
@@ -107,38 +141,110 @@ export class XlaPanel extends Widget {
     replaceChildren(
       this._transferRow,
       h('span', { class: 'xlalab-Stat-label' }, 'Transfers'),
-      h('span', {}, s.transfersTo, ' to device, ', s.transfersFrom, ' from device')
+      h(
+        'span',
+        {},
+        s.transfersTo,
+        ' to device (',
+        w.bytesTo,
+        '), ',
+        s.transfersFrom,
+        ' from device (',
+        w.bytesFrom,
+        ')'
+      )
     );
-    const button = (label: string, title: string, onClick: () => void): HTMLButtonElement =>
+    const button = (label: string, title: string, onClick: () => void, id?: string): HTMLButtonElement =>
       h(
         'button',
-        { class: 'jp-Button xlalab-Button', attrs: { title, type: 'button' }, on: { click: onClick } },
+        {
+          class: 'jp-Button xlalab-Button',
+          attrs: { title, type: 'button', ...(id ? testId(id) : {}) },
+          on: { click: onClick }
+        },
         label
       );
+    const windowSelect = h(
+      'select',
+      {
+        class: 'xlalab-Select',
+        attrs: {
+          title: 'How much of the kept history the timeline shows',
+          ...testId('xlalab-timeline-window')
+        },
+        on: {
+          change: (event: Event) => {
+            const value = (event.target as HTMLSelectElement).value;
+            this._timelineWindow = value === 'all' ? null : Number(value);
+            this._renderTimeline();
+          }
+        }
+      },
+      ...TIMELINE_WINDOWS.map(([label, seconds]) =>
+        h('option', { attrs: { value: seconds === null ? 'all' : String(seconds) } }, label)
+      )
+    );
+    windowSelect.value = 'all';
+    const legend = h(
+      'ul',
+      { class: 'xlalab-Legend', attrs: testId('xlalab-timeline-legend') },
+      ...LEGEND.map(entry =>
+        h(
+          'li',
+          { attrs: { title: entry.title, 'data-kind': entry.kind } },
+          h('span', { class: `xlalab-Legend-swatch xlalab-Timeline-${entry.kind}` }),
+          entry.label
+        )
+      )
+    );
+    replaceChildren(
+      this._report,
+      h(
+        'div',
+        { class: 'xlalab-Section-head' },
+        h('h3', {}, 'Metrics report'),
+        button('Close', 'Hide the metrics report', () => this._hideReport())
+      ),
+      this._reportText
+    );
 
     replaceChildren(
       this._body,
+      h('section', { class: 'xlalab-Section' }, h('h3', {}, 'Kernel'), this._runtime),
       h(
         'section',
         { class: 'xlalab-Section' },
+        h('h3', {}, 'Since the last clear'),
         row('Compiles', s.uncached, ' uncached, ', s.cached, ' cached'),
         row('Compile time', s.timeLast, ' last, ', s.timeTotal, ' total'),
-        row('Executions', s.executions, ' in ', s.executeTime),
+        row('Executions', s.executions, ' ', w.executions, ' in ', s.executeTime),
         this._transferRow,
         row('CPU fallbacks', s.fallbacks)
       ),
       this._fallbackList,
-      h('section', { class: 'xlalab-Section' }, h('h3', {}, 'Timeline'), this._timeline),
+      h(
+        'section',
+        { class: 'xlalab-Section' },
+        h('div', { class: 'xlalab-Section-head' }, h('h3', {}, 'Timeline'), windowSelect),
+        this._timeline,
+        legend
+      ),
       h('section', { class: 'xlalab-Section' }, h('h3', {}, 'Warnings ', this._warningCount), this._warnings),
       h(
         'div',
         { class: 'xlalab-Toolbar' },
         button('Refresh', 'Ask the kernel for a fresh snapshot', () => void this._request('snapshot')),
-        button('Metrics report', "Show torch_xla's metrics report", () => void this._showReport()),
+        button(
+          'Metrics report',
+          "Show torch_xla's metrics report",
+          () => void this._showReport(),
+          'xlalab-show-report'
+        ),
         button(
           'Clear',
           'Clear counters, metrics and warnings in the kernel',
-          () => void this._request('clear')
+          () => void this._request('clear'),
+          'xlalab-clear'
         )
       ),
       this._notice,
@@ -153,6 +259,11 @@ export class XlaPanel extends Widget {
     );
   }
 
+  private _hideReport(): void {
+    setText(this._reportText, '');
+    this._report.classList.add('xlalab-mod-hidden');
+  }
+
   /** Switches to the active notebook's model. */
   private _follow(): void {
     this._detach();
@@ -162,7 +273,7 @@ export class XlaPanel extends Widget {
       this._unsubscribe = this._model.subscribe(() => this._changed());
     }
     setText(this._notice, '');
-    setText(this._report, '');
+    this._hideReport();
     this._changed();
   }
 
@@ -216,6 +327,18 @@ export class XlaPanel extends Widget {
     if (!model || !connected) {
       return;
     }
+    // A clear (from this page or another) or a new kernel: what the report said is stale.
+    if (model.clears !== this._clears || model.generation !== this._generation) {
+      this._clears = model.clears;
+      this._generation = model.generation;
+      this._hideReport();
+    }
+    replaceChildren(
+      this._runtime,
+      ...runtimeRows(model.runtime, model.hello?.xlalab ?? '?').map(([label, value]) =>
+        h('tr', {}, h('th', {}, label), h('td', {}, value))
+      )
+    );
     const snap = model.snapshot;
     const s = this._stats;
     setText(s.uncached, formatCount(snap.compiles.uncached));
@@ -223,12 +346,15 @@ export class XlaPanel extends Widget {
     setText(s.timeLast, formatSeconds(snap.compiles.seconds_last));
     setText(s.timeTotal, formatSeconds(snap.compiles.seconds_total));
     setText(s.executions, formatCount(snap.executions.count));
+    setText(this._words.executions, nounFor(snap.executions.count, 'execution'));
+    setText(this._words.bytesTo, formatBytes(snap.transfers.bytes_to_device));
+    setText(this._words.bytesFrom, formatBytes(snap.transfers.bytes_from_device));
     setText(s.executeTime, formatSeconds(snap.executions.seconds_total));
     setText(s.transfersTo, formatCount(snap.transfers.to_device));
     setText(s.transfersFrom, formatCount(snap.transfers.from_device));
     this._transferRow.title =
-      `${formatBytes(snap.transfers.bytes_to_device)} to device, ` +
-      `${formatBytes(snap.transfers.bytes_from_device)} from device`;
+      `${countOf(snap.transfers.to_device, 'transfer')} to the device, ` +
+      `${countOf(snap.transfers.from_device, 'transfer')} from it`;
     setText(s.fallbacks, formatCount(model.fallbackTotal()));
     replaceChildren(
       this._fallbackList,
@@ -238,7 +364,7 @@ export class XlaPanel extends Widget {
           h(
             'li',
             { class: 'xlalab-FallbackOp', attrs: { 'data-testid': 'xlalab-fallback-op', 'data-op': op } },
-            `${op} × ${count}`
+            `${op} × ${formatCount(count)}`
           )
         )
     );
@@ -246,9 +372,19 @@ export class XlaPanel extends Widget {
     // Rebuilt only when they changed: a rebuild would drop keyboard focus on an item.
     if (model.warningsVersion !== this._renderedWarnings) {
       this._renderedWarnings = model.warningsVersion;
-      const warnings = model.warningList();
-      setText(this._warningCount, warnings.length ? `(${warnings.length})` : '');
-      renderWarnings(this._warnings, warnings, where => this._actions.jumpTo(where));
+      const cards = model.warningCards();
+      setText(this._warningCount, cards.length ? `(${cards.length})` : '');
+      renderWarnings(this._warnings, cards, {
+        jumpTo: where => this._actions.jumpTo(where),
+        compare: card =>
+          card.previous_graph_hash && card.graph_hash
+            ? this._actions.compareGraphs(
+                card.previous_graph_hash,
+                card.graph_hash,
+                `${card.title}: ${card.message}`
+              )
+            : undefined
+      });
     }
   }
 
@@ -281,10 +417,9 @@ export class XlaPanel extends Widget {
           return;
         case 'connected': {
           const hello = model.hello;
-          const where = hello ? [hello.platform, hello.devices.join(', ')].filter(Boolean).join(', ') : '';
-          text = `connected: xlalab ${hello?.xlalab ?? '?'}${where ? ` on ${where}` : ''}`;
+          text = `connected: xlalab ${hello?.xlalab ?? '?'}`;
           if (hello?.pid) {
-            text += ` (pid ${hello.pid})`;
+            text += ` in kernel pid ${hello.pid}`;
           }
           break;
         }
@@ -327,7 +462,13 @@ export class XlaPanel extends Widget {
       return;
     }
     const width = Math.max(120, (this._timeline.parentElement?.clientWidth ?? 0) - 4) || 260;
-    const layout = layoutTimeline(model.events, model.compiling, model.kernelNow(), width);
+    const layout = layoutTimeline(
+      model.events,
+      model.compiling,
+      model.kernelNow(),
+      width,
+      this._timelineWindow
+    );
     renderTimeline(this._timeline, layout, width, hash => this._actions.openGraph(hash));
   }
 
@@ -358,7 +499,8 @@ export class XlaPanel extends Widget {
     }
     try {
       const result = (await bridge.request('metrics_report', { short: false })) as { text?: unknown };
-      setText(this._report, typeof result?.text === 'string' ? result.text : '');
+      setText(this._reportText, typeof result?.text === 'string' ? result.text : '');
+      this._report.classList.remove('xlalab-mod-hidden');
       setText(this._notice, '');
     } catch (error) {
       setText(this._notice, `metrics report failed: ${(error as Error).message}`);

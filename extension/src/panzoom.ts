@@ -68,6 +68,28 @@ export class PanZoom {
     this._apply();
   }
 
+  /** Screen pixels per SVG user unit, as drawn now (0 when the SVG is not laid out). */
+  pixelsPerUnit(): number {
+    const ctm = this._svg.getScreenCTM();
+    return ctm ? Math.abs(ctm.a) : 0;
+  }
+
+  /**
+   * Zooms to `pixelsPerUnit` screen pixels per user unit, showing the top of the drawing,
+   * centred across; does nothing before the SVG has a size on screen.
+   */
+  showTopAt(pixelsPerUnit: number): void {
+    const rect = this._svg.getBoundingClientRect();
+    if (rect.width <= 0 || rect.height <= 0 || pixelsPerUnit <= 0) {
+      return;
+    }
+    const width = rect.width / pixelsPerUnit;
+    const height = rect.height / pixelsPerUnit;
+    const home = this._home;
+    this._view = { x: home.x + (home.width - width) / 2, y: home.y, width, height };
+    this._apply();
+  }
+
   zoomIn(): void {
     this._zoomAroundCentre(1.25);
   }

@@ -58,6 +58,10 @@ export interface XlaWarning {
   frames: SourceLocation[];
   count: number;
   graph_hash: string | null;
+  /** recompiles: the graph compiled at the same place before this one, when the kernel says */
+  previous_graph_hash: string | null;
+  /** more lines of explanation (where the shape was uploaded, what to do) */
+  details: string[];
 }
 
 /** One event of an `update`; `kind`-specific fields stay as sent. */
@@ -77,12 +81,29 @@ export interface XlaEvent {
   warning?: XlaWarning;
 }
 
+/** Where the kernel runs (the `runtime` object of hello and update messages). */
+export interface RuntimeInfo {
+  /** false until the user's code started the device backend; the fields below it are then empty */
+  started: boolean;
+  platform: string;
+  /** torch_xla's hardware name: CPU, CUDA, TPU */
+  hw: string;
+  device_count: number;
+  /** what JAX calls the device (`cpu`, `NVIDIA H100 80GB HBM3`, `TPU v4`) */
+  device_kind: string;
+  jax: string;
+  torch: string;
+  /** the persistent compilation cache's directory, or null when it is off */
+  compile_cache_dir: string | null;
+}
+
 export interface Hello {
   xlalab: string;
   pid: number | null;
   platform: string;
   devices: string[];
   settings: Record<string, unknown>;
+  runtime: RuntimeInfo | null;
 }
 
 // ---------------------------------------------------------------------------
@@ -200,7 +221,11 @@ export function readWarning(value: unknown): XlaWarning | null {
     where,
     frames,
     count: num(value.count, 1),
-    graph_hash: strOrNull(value.graph_hash)
+    graph_hash: strOrNull(value.graph_hash) || null,
+    previous_graph_hash: strOrNull(value.previous_graph_hash) || null,
+    details: Array.isArray(value.details)
+      ? value.details.filter((d): d is string => typeof d === 'string')
+      : []
   };
 }
 
@@ -246,6 +271,23 @@ export function readHello(value: Json): Hello {
     devices: Array.isArray(value.devices)
       ? value.devices.filter((d): d is string => typeof d === 'string')
       : [],
-    settings: isObject(value.settings) ? value.settings : {}
+    settings: isObject(value.settings) ? value.settings : {},
+    runtime: readRuntime(value.runtime)
+  };
+}
+
+export function readRuntime(value: unknown): RuntimeInfo | null {
+  if (!isObject(value)) {
+    return null;
+  }
+  return {
+    started: value.started === true,
+    platform: str(value.platform),
+    hw: str(value.hw),
+    device_count: num(value.device_count),
+    device_kind: str(value.device_kind),
+    jax: str(value.jax),
+    torch: str(value.torch),
+    compile_cache_dir: strOrNull(value.compile_cache_dir) || null
   };
 }

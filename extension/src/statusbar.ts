@@ -1,11 +1,12 @@
 /**
- * The status-bar item: "XLA: N compiles" (uncached) for the active notebook's kernel.
+ * The status-bar item for the active notebook's kernel: "XLA: 3 compiles" (uncached),
+ * or what keeps it from counting ("XLA: not loaded" for a kernel without xlalab).
  */
 import { Widget } from '@lumino/widgets';
 
 import { ActiveKernel } from './current';
 import { setText } from './dom';
-import { formatCount } from './format';
+import { countOf } from './format';
 import { KernelModel } from './model';
 
 export class XlaStatusItem extends Widget {
@@ -35,12 +36,39 @@ export class XlaStatusItem extends Widget {
 
   private _render(): void {
     const model = this._model;
-    const connected = model?.status === 'connected';
-    const count = connected ? model.snapshot.compiles.uncached : 0;
-    setText(this.node, `XLA: ${formatCount(count)} compiles`);
-    this.node.classList.toggle('xlalab-mod-inactive', !connected);
-    this.node.title = connected
-      ? `${formatCount(model.snapshot.compiles.cached)} cached compiles too; click for the XLA panel`
-      : 'xlalab is not loaded in this kernel (%load_ext xlalab); click for the XLA panel';
+    const status = model?.status ?? 'no-kernel';
+    let text: string;
+    let title: string;
+    switch (status) {
+      case 'connected':
+        text = `XLA: ${countOf(model!.snapshot.compiles.uncached, 'compile')}`;
+        title =
+          `${countOf(model!.snapshot.compiles.cached, 'cached compile')} too; ` + 'click for the XLA panel';
+        break;
+      case 'not-enabled':
+        text = 'XLA: not loaded';
+        title =
+          'xlalab is not loaded in this kernel: run %load_ext xlalab in a cell. Click for the XLA panel';
+        break;
+      case 'probing':
+        text = 'XLA: …';
+        title = 'asking the kernel whether xlalab is loaded';
+        break;
+      case 'mismatch':
+        text = 'XLA: update the extension';
+        title = model!.mismatchMessage;
+        break;
+      case 'restarting':
+        text = 'XLA: restarting';
+        title = 'the kernel is restarting';
+        break;
+      default:
+        text = 'XLA: no kernel';
+        title = 'this notebook has no running kernel';
+    }
+    setText(this.node, text);
+    this.node.dataset.status = status;
+    this.node.classList.toggle('xlalab-mod-inactive', status !== 'connected');
+    this.node.title = title;
   }
 }

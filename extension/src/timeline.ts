@@ -1,12 +1,13 @@
 /**
- * The timeline plot: compiles, executions and host round trips on a time axis.
+ * The timeline plot: compiles, executions and host round trips on a time axis, and its
+ * legend.
  *
  * `layoutTimeline` turns events into positioned marks (pure, tested); `renderTimeline`
  * draws them as SVG built element by element, with each mark's description in a
  * <title> text node (the browser shows it as a tooltip).
  */
 import { s, replaceChildren } from './dom';
-import { formatSeconds, shortHash } from './format';
+import { formatBytes, formatSeconds, shortHash } from './format';
 import { CompileInProgress } from './model';
 import { XlaEvent } from './protocol';
 
@@ -14,7 +15,7 @@ export type Lane = 'compile' | 'execute' | 'host';
 
 export interface Mark {
   lane: Lane;
-  /** CSS modifier: uncached, cached, compiling, execute, transfer, fallback, sync */
+  /** CSS modifier: uncached, cached, compiling, execute, transfer, fallback, read, step */
   kind: string;
   x: number;
   width: number;
@@ -29,9 +30,41 @@ export interface TimelineLayout {
 }
 
 const MIN_SPAN_S = 1;
-const MAX_SPAN_S = 120;
 /** a bar is never thinner than this, so a 1 ms execution stays visible */
 const MIN_BAR_PX = 2;
+
+/**
+ * `.item()` runs `aten::_local_scalar_dense`, which the kernel reports as a fallback
+ * event (torch_xla counts it so); it is a read of a value, and the fallback counter
+ * leaves it out, so the timeline draws it as a read too.
+ */
+export const ITEM_READ_OP = 'aten::_local_scalar_dense';
+
+/** What each mark colour means, in the order the legend lists them. */
+export const LEGEND: readonly { kind: string; label: string; title: string }[] = [
+  { kind: 'uncached', label: 'compile', title: 'a graph compiled by XLA (click it to open the graph)' },
+  { kind: 'cached', label: 'cache hit', title: 'a graph taken from the compile cache' },
+  { kind: 'compiling', label: 'compiling', title: 'a compile that is still running' },
+  { kind: 'execute', label: 'execute', title: 'a compiled program running on the device' },
+  { kind: 'transfer', label: 'transfer', title: 'a copy between host and device' },
+  { kind: 'read', label: 'read', title: 'a value read on the host: .item(), print, .cpu()' },
+  { kind: 'step', label: 'step', title: 'a step barrier: xm.mark_step()' },
+  { kind: 'fallback', label: 'CPU fallback', title: 'an op without an XLA lowering ran on the CPU' }
+];
+
+/** The host lane's kind for an event: transfer, read, step or fallback. */
+export function hostKind(event: XlaEvent): string | null {
+  switch (event.kind) {
+    case 'transfer':
+      return 'transfer';
+    case 'fallback':
+      return event.op === ITEM_READ_OP ? 'read' : 'fallback';
+    case 'sync':
+      return event.reason === 'mark_step' ? 'step' : 'read';
+    default:
+      return null;
+  }
+}
 
 function describe(event: XlaEvent): string {
   const where = event.where?.label ? ` at ${event.where.label}` : '';
@@ -43,11 +76,13 @@ function describe(event: XlaEvent): string {
     case 'execute':
       return `execute${hash}${secs}${where}`;
     case 'transfer':
-      return `transfer ${event.direction ?? ''} ${event.nbytes ?? 0} bytes${where}`;
+      return `transfer ${(event.direction ?? '').replace('_', ' ')}, ${formatBytes(event.nbytes ?? 0)}${where}`;
     case 'fallback':
-      return `CPU fallback ${event.op ?? ''}${where}`;
+      return event.op === ITEM_READ_OP ? `read (.item())${where}` : `CPU fallback ${event.op ?? ''}${where}`;
     case 'sync':
-      return `sync (${event.reason ?? ''})${where}`;
+      return event.reason === 'mark_step'
+        ? `step barrier (mark_step)${where}`
+        : `read (${event.reason ?? ''}) ran the pending graph${where}`;
     default:
       return `${event.kind}${where}`;
   }
@@ -55,14 +90,15 @@ function describe(event: XlaEvent): string {
 
 /**
  * Places events on an axis `width` px wide. The window ends at the last activity (or
- * at `now` while compiling, so the bar grows) and spans the recorded events, within
- * 1 s to 2 min.
+ * at `now` while compiling, so the bar grows) and spans the recorded events (at least
+ * 1 s), or only the last `windowSeconds` of them when that is given.
  */
 export function layoutTimeline(
   events: XlaEvent[],
   compiling: CompileInProgress | null,
   now: number,
-  width: number
+  width: number,
+  windowSeconds: number | null = null
 ): TimelineLayout {
   let end = events.length ? events[events.length - 1].time : now;
   if (compiling) {
@@ -73,7 +109,8 @@ export function layoutTimeline(
   for (const event of events) {
     first = Math.min(first, event.time - (event.seconds ?? 0));
   }
-  const span = Math.min(MAX_SPAN_S, Math.max(MIN_SPAN_S, (end - first) * 1.05));
+  const all = Math.max(MIN_SPAN_S, (end - first) * 1.05);
+  const span = windowSeconds !== null && windowSeconds > 0 ? Math.min(all, windowSeconds) : all;
   const start = end - span;
   const px = (t: number): number => ((t - start) / span) * width;
   const marks: Mark[] = [];
@@ -106,7 +143,7 @@ export function layoutTimeline(
       case 'transfer':
       case 'fallback':
       case 'sync':
-        bar('host', event.kind, event.time, event.time, event);
+        bar('host', hostKind(event) ?? event.kind, event.time, event.time, event);
         break;
       default:
         break; // compile_start is drawn from `compiling` below, or by its compile
@@ -176,8 +213,19 @@ export function renderTimeline(
   children.push(
     ...labels,
     s('line', { class: 'xlalab-Timeline-axis', x1: 0, y1: AXIS_Y, x2: width, y2: AXIS_Y }),
-    s('text', { class: 'xlalab-Timeline-label', x: 0, y: AXIS_Y + 11 }, `−${Math.round(span)} s`),
+    s('text', { class: 'xlalab-Timeline-label', x: 0, y: AXIS_Y + 11 }, `−${formatSpan(span)}`),
     s('text', { class: 'xlalab-Timeline-label', x: width, y: AXIS_Y + 11, 'text-anchor': 'end' }, 'latest')
   );
   replaceChildren(svg, ...children);
+}
+
+/** An axis span: "45 s", "12 min", "2.5 h". */
+export function formatSpan(seconds: number): string {
+  if (seconds < 120) {
+    return `${Math.round(seconds)} s`;
+  }
+  if (seconds < 7200) {
+    return `${Math.round(seconds / 60)} min`;
+  }
+  return `${(seconds / 3600).toFixed(1).replace(/\.0$/, '')} h`;
 }

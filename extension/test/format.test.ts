@@ -1,6 +1,15 @@
 import { describe, expect, it } from 'vitest';
 
-import { formatBytes, formatCount, formatElapsed, formatSeconds, shortHash, truncate } from '../src/format';
+import {
+  countOf,
+  formatBytes,
+  formatCount,
+  formatElapsed,
+  formatSeconds,
+  nounFor,
+  shortHash,
+  truncate
+} from '../src/format';
 
 describe('formatting', () => {
   it('counts are plain digits', () => {
@@ -20,9 +29,32 @@ describe('formatting', () => {
 
   it('bytes, hashes, truncation', () => {
     expect(formatBytes(12)).toBe('12 B');
-    expect(formatBytes(4096)).toBe('4.0 KiB');
     expect(shortHash('3fa2c0ffee1234')).toBe('3fa2c0ff…');
     expect(shortHash('3fa2')).toBe('3fa2');
     expect(truncate('x'.repeat(10), 5)).toBe('xxxx…');
+  });
+
+  it('sizes read as a person writes them', () => {
+    expect(formatBytes(0)).toBe('0 B');
+    expect(formatBytes(4)).toBe('4 B');
+    expect(formatBytes(999)).toBe('999 B');
+    expect(formatBytes(1000)).toBe('1 KB');
+    expect(formatBytes(5120)).toBe('5.1 KB');
+    expect(formatBytes(12_345)).toBe('12 KB');
+    expect(formatBytes(999_960)).toBe('1 MB');
+    expect(formatBytes(3_400_000_000)).toBe('3.4 GB');
+    expect(formatBytes(-5)).toBe('0 B');
+    expect(formatBytes(Number.NaN)).toBe('0 B');
+  });
+
+  it('counts take the noun in the number they need', () => {
+    expect(countOf(1, 'transfer')).toBe('1 transfer');
+    expect(countOf(0, 'transfer')).toBe('0 transfers');
+    expect(countOf(2, 'compile')).toBe('2 compiles');
+    expect(countOf(1.2, 'node')).toBe('1 node');
+    expect(countOf(3, 'fallback op', 'fallback ops')).toBe('3 fallback ops');
+    expect(countOf(1, 'device', 'devices')).toBe('1 device');
+    expect(nounFor(1, 'execution')).toBe('execution');
+    expect(nounFor(7, 'execution')).toBe('executions');
   });
 });

@@ -122,7 +122,8 @@ describe('KernelModel state machine', () => {
   it('bounds the timeline', () => {
     model.handleMessage(hello());
     const events = Array.from({ length: 150 }, (_, i) => ({ kind: 'execute', time: i, where: null }));
-    for (let seq = 1; seq <= 20; seq++) {
+    const updates = Math.ceil(MAX_TIMELINE_EVENTS / events.length) + 3;
+    for (let seq = 1; seq <= updates; seq++) {
       model.handleMessage(update(seq, events));
     }
     expect(model.events).toHaveLength(MAX_TIMELINE_EVENTS);

@@ -27,6 +27,54 @@ MAX_EVENTS = 200
 _log = logging.getLogger("xlalab.lab")
 
 
+def compile_cache_dir() -> str | None:
+    """JAX's persistent compilation cache directory, or None when the cache is off (read from
+    JAX's config: nothing is compiled or started to find out)."""
+    import jax
+
+    try:
+        value = jax.config.jax_compilation_cache_dir
+    except AttributeError:  # a JAX without a persistent cache
+        return None
+    return str(value) if value else None
+
+
+def runtime_info() -> dict[str, Any]:
+    """Where the kernel runs: platform, devices, versions, the persistent compile cache.
+
+    The device fields are filled only once the user's code started the backend: starting it
+    here would fix the device count (XLA_NUM_DEVICES) before the notebook had a chance to set it.
+    """
+    import jax
+    import torch
+
+    from xlalab.runtime import backend
+
+    info: dict[str, Any] = {
+        "started": False,
+        "platform": "",
+        "hw": "",
+        "device_count": 0,
+        "device_kind": "",
+        "jax": jax.__version__,
+        "torch": torch.__version__,
+        "compile_cache_dir": compile_cache_dir(),
+    }
+    if backend.started():
+        try:
+            devices = backend.jax_devices()
+            info.update(
+                started=True,
+                platform=backend.platform(),
+                hw=backend.hw_name(),
+                device_count=len(devices),
+                device_kind=str(getattr(devices[0], "device_kind", "")) if devices else "",
+            )
+        except Exception:  # a bad PJRT_DEVICE is reported where the user's code asks for a device
+            pass
+    return info
+
+
 class CommServer:
     def __init__(self, watcher: Watcher, interval: float = 0.25) -> None:
         self.watcher = watcher
@@ -37,6 +85,7 @@ class CommServer:
         self._lock = threading.RLock()
         self._throttle = Throttle(interval, self.flush)
         self._registered = False
+        self._runtime: dict[str, Any] | None = None  # fixed once the backend started
 
     # ---- lifecycle
     def start(self) -> None:
@@ -105,12 +154,23 @@ class CommServer:
             "platform": platform,
             "devices": devices,
             "settings": {k: config.get(k) for k in ("XLA_IR_DEBUG", "XLA_HLO_DEBUG", "PT_XLA_DEBUG")},
+            "runtime": self.runtime(),
             "snapshot": self.snapshot(),
             "warnings": [self.watcher.as_json(f) for f in self.watcher.findings],
         }
 
     def snapshot(self) -> dict[str, Any]:
         return render.snapshot()
+
+    def runtime(self) -> dict[str, Any]:
+        """runtime_info(); its device part is kept once the backend started (devices cannot
+        change after that), the compile cache is read each time (a notebook may turn it on)."""
+        if self._runtime is None:
+            info = runtime_info()
+            if not info["started"]:
+                return info
+            self._runtime = info
+        return {**self._runtime, "compile_cache_dir": compile_cache_dir()}
 
     def _on_event(self, event: dict[str, Any]) -> None:
         with self._lock:
@@ -140,6 +200,7 @@ class CommServer:
                 "seq": self.seq,
                 "time": time.time(),
                 "snapshot": self.snapshot(),
+                "runtime": self.runtime(),
                 "events": events,
                 "dropped": dropped,
             }
@@ -179,6 +240,8 @@ class CommServer:
         what = req.get("what")
         if what == "snapshot":
             return self.snapshot()
+        if what == "runtime":
+            return self.runtime()
         if what == "metrics_report":
             text = metrics.short_metrics_report() if req.get("short") else metrics.metrics_report()
             return {"text": text}
@@ -204,4 +267,4 @@ class CommServer:
             if fmt not in ("json", "dot", "text"):
                 raise ValueError(f"unknown graph format {fmt!r}: use json, dot or text")
             return graph_payload(graph, self.watcher.cells, title=f"graph {h}")
-        raise ValueError(f"unknown request {what!r}: use snapshot, metrics_report, graph, warnings or clear")
+        raise ValueError(f"unknown request {what!r}: use snapshot, runtime, metrics_report, graph, warnings or clear")
