@@ -171,7 +171,8 @@ def _factory(op: Any) -> Any:
                 return wrap(node)
         meta = op(*args, device="meta", **kwargs)
         static = ir.typed(args)
-        node = ir.Node(op, (), (static, ir.typed(tuple(kwargs.items()))), tuple(meta.shape), meta.dtype, index)
+        arg = (static, ir.typed(tuple(kwargs.items())))
+        node = ir.Node(op, (), arg, tuple(meta.shape), meta.dtype, index)
         metrics.count("xla::" + op._schema.name.split("::")[-1])
         return wrap(node)
 

@@ -57,7 +57,8 @@ def _reference(name: str) -> Any:
 
 def _wrapper_of(ref: Any) -> tuple[elementwise_type_promotion_wrapper, inspect.Signature] | None:
     """The promotion wrapper inside a reference's closures, with the signature it binds."""
-    queue, seen = [ref], set()
+    queue: list[Any] = [ref]
+    seen: set[int] = set()
     while queue:
         fn = queue.pop(0)
         if id(fn) in seen or len(seen) > 64:

@@ -602,10 +602,13 @@ def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     return t
 
 
-_LAYOUTS: dict[Any, tuple[tuple[int, ...], int] | None] = {}
+_LAYOUTS: dict[Any, Any] = {}
 
 
-def _view_layout(func: OpOverload, base: XlaTensor, tpl: tuple[Any, ...]) -> tuple[tuple[int, ...], int] | None:
+Layout = tuple[tuple[int, ...], int]  # strides and storage offset
+
+
+def _view_layout(func: OpOverload, base: XlaTensor, tpl: tuple[Any, ...]) -> Layout | None:
     """The strides and storage offset eager PyTorch gives ``func(base, *tpl)``, from a meta run of
     the view on a tensor laid out like ``base`` (memoized; None when contiguous at offset 0)."""
     shape, strides, offset = tuple(base.shape), base.stride(), base.storage_offset()
@@ -633,7 +636,7 @@ def _layout_of(t: torch.Tensor) -> tuple[tuple[int, ...], int] | None:
     """``t``'s strides and offset, when they are not plain contiguous ones (see ``wrap``)."""
     if t.is_contiguous() and t.storage_offset() == 0:
         return None
-    return tuple(t.stride()), t.storage_offset()
+    return tuple(t.stride()), int(t.storage_offset())
 
 
 def _multi_view(split: Callable[..., list[tuple[OpOverload, tuple[Any, ...]]]]) -> Handler:
