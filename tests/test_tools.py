@@ -2,7 +2,7 @@
 
 Most tests call the tools' ``main`` in-process: a fresh ``python -m xlalab...`` pays seconds of
 torch and jax import before doing anything, and the children these tests start are plain Python
-scripts that do not import xlalab, except the one debug-run of the demo training script.
+scripts that do not import xlalab, except the debug-runs of two small training scripts.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import os
+import random
 import re
 import runpy
 import shutil
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from xlalab.tools import cli, debug_run, dump_stacks
+from xlalab.tools import cli, debug_run, dump_stacks, redact
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "debug_run_demo.py"
@@ -94,14 +95,17 @@ def test_parse_synthetic_blocks() -> None:
 
 def test_summary_names_recompiling_location_and_changed_shape() -> None:
     text = "\n".join(debug_run.summarize_graphs(debug_run.parse_graph_blocks(SYNTHETIC)))
-    assert "4 syncs, 3 distinct graphs, 2 sync locations; 1 location(s) with more than one graph" in text
-    assert "RECOMPILED at train_step (/home/u/train.py:31): 3 syncs, 2 distinct graphs" in text
-    assert "graph 1: hash aaaa1111, first at sync #1, 2 sync(s)" in text
+    assert "4 syncs, 3 distinct graphs, 2 sync locations: 1 recompiled, 0 warmed up (expected)" in text
+    # The second graph follows a cache hit: the loop had settled, so it is a recompilation.
+    place = "train_step (/home/u/train.py:31)"
+    assert f"RECOMPILED at {place}: 3 syncs, 2 distinct graphs, 1 recompilation" in text
+    assert "graph 1: hash aaaa1111, first at sync #1, 2 syncs, 5 nodes, 3 inputs\n" in text
+    assert "graph 2: hash bbbb2222, first at sync #3, 1 sync, 5 nodes, 3 inputs (RECOMPILED)" in text
     assert "graph 1 -> graph 2 (sync #3):" in text
     assert "input shapes changed (1 of 3 inputs):" in text
     assert "input %1: f32[8,4] -> f32[4,4]  (at <module>@train.py:38)" in text
     assert "first differing node: %1: xla::device_data f32[8,4] -> xla::device_data f32[4,4]" in text
-    assert "train_step (/home/u/train.py:35): 1 sync(s), hash cccc3333" in text
+    assert "train_step (/home/u/train.py:35): 1 sync, hash cccc3333, 5 nodes" in text
     assert "RECOMPILED at train_step (/home/u/train.py:35)" not in text
 
 
@@ -118,14 +122,64 @@ def test_parse_torch_xla_reference_dump() -> None:
     assert [len(b.nodes) for b in blocks] == [80, 122, 122]
     assert debug_run.sync_location(blocks[0]) == "<module> (<scripts>/s4_train.py:24)"
     text = "\n".join(debug_run.summarize_graphs(blocks))
-    assert "RECOMPILED at <module> (<scripts>/s4_train.py:24): 3 syncs, 2 distinct graphs" in text
-    # Step 2 adds SGD's momentum buffers: one more input per parameter (and a scalar each).
+    # Step 2 adds SGD's momentum buffers: expected warm-up, which the notebook does not flag either.
+    assert "RECOMPILED" not in text
+    assert "3 syncs, 2 distinct graphs, 1 sync location: 0 recompiled, 1 warmed up (expected)" in text
+    place = "<module> (<scripts>/s4_train.py:24)"
+    assert f"warm-up at {place}: 3 syncs, 2 distinct graphs, no recompilation" in text
+    assert "graph 2: hash 66ade4b8" in text and "122 nodes, 37 inputs (warm-up: expected)" in text
+    # What changed is still shown: one more input per parameter (and a scalar each).
     assert "number of inputs: 21 -> 37" in text
     assert "only after: f32[10,1,5,5], f32[10,50]" in text
     assert "number of nodes: 80 -> 122" in text
 
 
-def test_metrics_and_pt_xla_debug_summaries() -> None:
+def _ops_block(graph_hash: str, batch: int, momentum: bool) -> str:
+    """A sync of a linear step; with ``momentum`` the step also updates SGD's momentum buffer."""
+    nodes = [
+        f"%0 = f32[{batch},4]{{1,0}} xla::device_data(), location=<module>@train.py:38",
+        "%1 = f32[4,2]{1,0} xla::device_data()",
+        f"%2 = f32[{batch},2]{{1,0}} aten::mm(%0, %1), location=forward@model.py:12",
+        "%3 = f32[4,2]{1,0} aten::sub(%1, %2), location=train_step@train.py:30, ROOT=0",
+    ]
+    if momentum:
+        nodes[3:3] = ["%4 = f32[4,2]{1,0} xla::device_data()", "%5 = f32[4,2]{1,0} aten::mul(%4, %2)"]
+    body = "\n".join("  " + n for n in nodes)
+    return (
+        "[ScheduleSyncTensorsGraph]\nTensorsGraphInfo:\n  train_step (/home/u/train.py:31)\n\n"
+        f"## BEGIN_GRAPH\nIR {{\n{body}\n}}\n\nGraph Hash: {graph_hash}\n\n## END_GRAPH\n\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("syncs", "verdicts", "recompiled"),
+    [
+        # Step 2 creates the momentum buffer (new ops), then the graph is served from the cache.
+        ([("a1", 8, False), ("b2", 8, True), ("b2", 8, True)], ["", " (warm-up: expected)"], False),
+        # The second compilation has the same ops: a changed shape, which warm-up does not explain.
+        ([("a1", 8, False), ("c3", 4, False)], ["", " (RECOMPILED)"], True),
+        # After warm-up (two compilations) any new graph is a recompilation.
+        (
+            [("a1", 8, False), ("b2", 8, True), ("d4", 4, True)],
+            ["", " (warm-up: expected)", " (RECOMPILED)"],
+            True,
+        ),
+    ],
+)
+def test_summary_separates_warm_up_from_recompiles(
+    syncs: list[tuple[str, int, bool]], verdicts: list[str], recompiled: bool
+) -> None:
+    blocks = debug_run.parse_graph_blocks("".join(_ops_block(*sync) for sync in syncs))
+    lines = debug_run.summarize_graphs(blocks)
+    text = "\n".join(lines)
+    graph_lines = [ln for ln in lines if ln.startswith("  graph ") and ": hash " in ln]
+    assert [ln[ln.index(" inputs") + len(" inputs") :] for ln in graph_lines] == verdicts, text
+    place = "train_step (/home/u/train.py:31)"
+    assert (f"RECOMPILED at {place}:" in text) == recompiled, text
+    assert (f"warm-up at {place}:" in text) == (not recompiled), text
+
+
+def test_metrics_summary_counts_steps_from_one() -> None:
     metrics = (
         "[MetricsData; step=0]\nMetric: CompileTime\n  TotalSamples: 1\n"
         "Counter: UncachedCompile\n  Value: 1\n"
@@ -134,8 +188,17 @@ def test_metrics_and_pt_xla_debug_summaries() -> None:
         "Counter: aten::nonzero\n  Value: 3\n"
     )
     lines = debug_run.summarize_metrics(metrics)
-    assert "last report (step=1, 2 report(s)): CompileTime samples=2" in lines[0]
-    assert "UncachedCompile=2" in lines[0] and lines[1].endswith("aten::nonzero=3")
+    # torch_xla numbers its reports from step=0: the second report comes after two steps.
+    head = "last report (after 2 steps; 2 reports, headed [MetricsData; step=1]): "
+    assert lines[0].startswith(head), lines
+    assert "CompileTime samples=2" in lines[0] and "UncachedCompile=2" in lines[0]
+    assert lines[1].endswith("aten::nonzero=3")
+    # The MarkStep counter, when the report has it, is the count of steps.
+    one = "[MetricsData; step=0]\nCounter: MarkStep\n  Value: 1\n"
+    assert debug_run.summarize_metrics(one)[0].startswith("last report (after 1 step; 1 report, headed")
+
+
+def test_pt_xla_debug_summary_shows_sizes_for_people() -> None:
     debug = (
         "Compilation Analysis: Compilation Cause\nCompilation Analysis:   user mark_step\n"
         "Execution Analysis: Execution Cause\nExecution Analysis:   user mark_step\n"
@@ -143,6 +206,28 @@ def test_metrics_and_pt_xla_debug_summaries() -> None:
     assert debug_run.summarize_pt_xla_debug(debug)[:2] == [
         "compilations: 1 (user mark_step x1)",
         "executions: 1 (user mark_step x1)",
+    ]
+    # torch_xla's own PT_XLA_DEBUG output prints sizes as GB with six decimals.
+    reference = (REFERENCE.parent / "04_pt_xla_debug_1.txt").read_text()
+    sizes = [ln for ln in debug_run.summarize_pt_xla_debug(reference) if ln.startswith("largest compiled")]
+    assert sizes == [
+        # the largest of each over the run: 0.000347 GB of inputs, 0.012020 GB of intermediates...
+        "largest compiled graph sizes: graph input ~364 KB, graph output ~321 KB, aliased input ~171 KB, "
+        "intermediate tensor ~12.3 MB, compiled program under 1 KB"
+    ], sizes
+
+
+def test_graph_hashes_in_torch_xla_form() -> None:
+    # xlalab's tensor=5 log may print a hash in decimal; the summary shows it as the graph file
+    # and PT_XLA_DEBUG do (torch_xla's form: hex, no padding).
+    log = (
+        "I graph.py:541] Executing IR graph hash 3125759779957634871 on device xla:0 done!\n"
+        "I graph.py:541] Executing IR graph hash 2b60edf57993f737 on device xla:0 done!\n"
+        "I graph.py:541] Executing IR graph hash 3e7eaf38e22f938 on device xla:0 done!\n"
+    )
+    assert debug_run.summarize_log_hashes(log) == [
+        "from the tensor=5 log in output.txt: 3 executions of 2 distinct graphs: 2b60edf57993f737 x2, "
+        "3e7eaf38e22f938 x1 (where they were synced, and what changed, needs the graph file)"
     ]
 
 
@@ -174,7 +259,12 @@ def test_redact_env_by_name_and_by_value() -> None:
 
 
 def test_redact_argv() -> None:
-    argv = ["python", "train.py", "--api-key", "abc", "--token=xyz", "--lr", "0.1", "hf_" + "x9" * 10]
+    token = "hf_" + "x9" * 10
+    argv = [
+        "python", "train.py", "--api-key", "abc", "--token=xyz", "--lr", "0.1", token,
+        "-t", "s3cret-pass", "-pOpenSesame", "--hub=" + token, "-c", f"print({token!r})",
+        "--max-tokens", "128", "postgres://me:pw123456@db/x",
+    ]  # fmt: skip
     assert debug_run.redact_argv(argv) == [
         "python",
         "train.py",
@@ -184,7 +274,40 @@ def test_redact_argv() -> None:
         "--lr",
         "0.1",
         "<redacted>",
+        "-t",  # a short option for a token: its argument is hidden
+        "<redacted>",
+        "-p<redacted>",
+        "--hub=<redacted>",  # an innocent option name, a token-shaped value
+        "-c",
+        "print('<redacted>')",  # only the token, not the code around it
+        "--max-tokens",  # a count of tokens is a setting, not a secret
+        "128",
+        "postgres://me:<redacted>@db/x",
     ]
+    found = redact.secret_values({}, argv)
+    assert found == {"abc", "xyz", token, "s3cret-pass", "OpenSesame", "pw123456"}, found
+
+
+def test_scrubber_hides_values_and_shapes_but_keeps_hashes() -> None:
+    env = {"MY_PASSWORD": "correct-horse", "HF_HUB_TOKEN": "1", "TOKENIZERS_PARALLELISM": "false"}
+    scrubber = redact.Scrubber(redact.secret_values(env, []))
+    text = (
+        "login with correct-horse as hf_AbCdEfGhIjKlMnOpQrSt and AKIAABCDEFGHIJKLMNOP\n"
+        "Graph Hash: 83d0c6563f8ed7ba439d4f64776b66e9\n"  # torch_xla's 128-bit graph hash stays
+        "1 step, tokenizers false\n"  # values too short to search for are left in free text
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
+    )
+    assert scrubber.scrub(text) == (
+        "login with <redacted> as <redacted> and <redacted>\n"
+        "Graph Hash: 83d0c6563f8ed7ba439d4f64776b66e9\n"
+        "1 step, tokenizers false\n"
+        "<redacted>\n"
+    )
+    assert debug_run.redact_env(env) == {
+        "MY_PASSWORD": "<redacted>",
+        "HF_HUB_TOKEN": "<redacted>",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
 
 
 # --------------------------------------------------------------------------- debug-run end to end
@@ -244,6 +367,91 @@ def test_debug_run_demo_archive(tmp_path: Path, private_tmp: Path, monkeypatch: 
         assert "graphs (XLA_SAVE_TENSORS_FILE): MISSING" in summary
 
 
+MOMENTUM_SCRIPT = """
+import os, sys
+import torch
+import torch.nn.functional as F
+import xlalab.core.xla_model as xm
+
+token = sys.argv[sys.argv.index("-t") + 1]
+print("training with", token, "and", os.environ["NOTES"], flush=True)
+print("settings:", {k: v for k, v in os.environ.items() if k.startswith("SETTING_")}, file=sys.stderr)
+torch.manual_seed(0)
+dev = xm.xla_device()
+model = torch.nn.Linear(4, 2).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # its buffer appears at step 2
+for step in range(3):
+    x, y = torch.randn(8, 4).to(dev), torch.randn(8, 2).to(dev)
+    opt.zero_grad()
+    F.mse_loss(model(x), y).backward()
+    xm.optimizer_step(opt)
+raise SystemExit(f"upload failed: bad credentials {os.environ['MY_PASSWORD']} / {token}")
+"""
+
+
+_ALNUM = "abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+
+
+def _fake_secret(prefix: str, n: int, alphabet: str = _ALNUM) -> str:
+    """A made-up credential of a real token's shape (generated: none is written in this file)."""
+    rng = random.Random(prefix)
+    return prefix + "".join(rng.choice(alphabet) for _ in range(n))
+
+
+def test_debug_run_archive_holds_no_secret_and_no_false_recompile(
+    tmp_path: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upper = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+    planted = {
+        # Token shapes under names that say nothing.
+        "NOTES": _fake_secret("ghp_", 36),
+        "SETTING_A": _fake_secret("github_pat_", 40),
+        "SETTING_B": _fake_secret("hf_", 34),
+        "SETTING_C": _fake_secret("sk-proj-", 40),
+        "SETTING_D": _fake_secret("AKIA", 16, upper),
+        "SETTING_E": _fake_secret("xoxb-", 30),
+        "SETTING_F": _fake_secret("glpat-", 20),
+        # A secret-named variable whose value has no token shape.
+        "MY_PASSWORD": "correct-horse-battery-staple",
+    }
+    for name, value in planted.items():
+        monkeypatch.setenv(name, value)
+    flag_secret = "Sup3r-secret-flag"  # no token shape either: only `-t` says it is one
+    out = tmp_path / "secret.tar.gz"
+    script = tmp_path / "train_momentum.py"
+    script.write_text(MOMENTUM_SCRIPT)
+    command = [sys.executable, "-u", str(script), "-t", flag_secret]
+    # Exit code 1: the script ends with a SystemExit that names the credentials.
+    assert debug_run.main(["--quiet", "--tidy", "--outfile", str(out), "--", *command]) == 1
+
+    extracted = tmp_path / "extracted"
+    with tarfile.open(out, "r:gz") as tar:
+        tar.extractall(extracted, filter="data")
+    files = {p.relative_to(extracted).as_posix(): p.read_bytes() for p in extracted.rglob("*") if p.is_file()}
+    assert {"secret/output.txt", "secret/env.txt", "secret/summary.txt", "secret/graphs.txt.0"} <= set(files)
+    for value in [*planted.values(), flag_secret]:
+        for probe in (value, value[-12:]):
+            leaks = [name for name, data in files.items() if probe.encode() in data]
+            assert not leaks, f"{probe!r} leaked into {leaks}"
+    log = files["secret/output.txt"].decode()
+    assert "training with <redacted> and <redacted>" in log
+    assert "upload failed: bad credentials <redacted> / <redacted>" in log
+    summary = files["secret/summary.txt"].decode()
+    assert f"{script} -t '<redacted>'" in summary
+    assert "upload failed: bad credentials <redacted> / <redacted>" in summary  # the output's tail
+
+    # The momentum buffer made on step 2 is warm-up, as the notebook says: no RECOMPILED.
+    assert "RECOMPILED" not in summary, summary
+    assert "3 syncs, 2 distinct graphs, 1 sync location: 0 recompiled, 1 warmed up (expected)" in summary
+    assert f"warm-up at <module> ({script}:18): 3 syncs, 2 distinct graphs, no recompilation" in summary
+    assert "last report (after 3 steps; 3 reports, headed [MetricsData; step=2])" in summary, summary
+    # One hash form everywhere: the graph file, PT_XLA_DEBUG and the summary agree.
+    dumped = re.findall(r"^Graph Hash: (\S+)$", files["secret/graphs.txt.0"].decode(), re.M)
+    debugged = re.findall(r"Graph Hash: (\S+)$", files["secret/pt_xla_debug.txt"].decode(), re.M)
+    assert len(set(dumped)) == 2 and set(debugged) == set(dumped)
+    assert all(f"hash {h}," in summary for h in set(dumped))
+
+
 INTERLEAVE = """
 import os, signal, sys
 for i in range(40):
@@ -293,17 +501,10 @@ except KeyboardInterrupt:
 def test_debug_run_ctrl_c_keeps_the_childs_last_words(tmp_path: Path) -> None:
     """Ctrl-C goes to the terminal's whole process group: debug-run and the child together."""
     out = tmp_path / "int.tar.gz"
-    # debug_run imports only the standard library: load it by path, sparing a torch/jax import.
-    runner = (
-        "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('dr', {str(Path(debug_run.__file__))!r})\n"
-        "m = importlib.util.module_from_spec(spec); sys.modules['dr'] = m; spec.loader.exec_module(m)\n"
-        "sys.exit(m.main(sys.argv[1:]))\n"
-    )
     argv = [
         sys.executable,
-        "-c",
-        runner,
+        "-m",
+        "xlalab.tools.debug_run",
         "--tidy",
         "--outfile",
         str(out),

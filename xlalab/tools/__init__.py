@@ -6,5 +6,6 @@
 - ``xlalab dump-stacks PID [--signal]`` (``xlalab.tools.dump_stacks``): the Python stack of every
   thread of a running process.
 
-The modules import only the standard library, so they stay usable when torch or jax are broken.
+``dump_stacks`` imports only the standard library, so it can be loaded by path and used when
+torch or jax are broken (a hung process is often why they seem so).
 """

@@ -23,15 +23,12 @@ The archive holds, under one folder named after OUTFILE:
   location (the first user frame of a sync) whose graph changed: the distinct graphs, and between
   consecutive ones the input shapes that changed and the first node that differs.
 
-Redaction rule (env.txt and the command line in summary.txt): a variable whose *name* contains
-TOKEN, KEY, SECRET, PASSWORD, PASSWD, CREDENTIAL or AUTH (any case) has its value replaced by
-``<redacted>``. Any other value is redacted when it *looks like* a token: a known token prefix
-(``ghp_``, ``github_pat_``, ``glpat-``, ``hf_``, ``sk-``, ``xoxb-``, ``AKIA``, ``AIza``, ``ya29.``,
-a JWT ``eyJ...``), or one word of 32 or more letters, digits and ``+/=_.-`` that mixes letters and
-digits and is not a path. The password in a URL (``scheme://user:PASSWORD@host``) is redacted in
-place. Values of command-line options whose name matches the name rule (``--api-key X``,
-``--api-key=X``) are redacted too. This errs on the side of hiding: a 40-character git hash in a
-variable is hidden as well.
+Nothing secret reaches the archive (it is made to be attached to a bug report): the values of
+secret-named variables and options (``*TOKEN*``, ``*KEY*``, ``*PASSWORD*``..., the argument after
+``--token``, ``--api-key``, ``-t``, ``-p``), values that look like tokens wherever they are kept,
+and every token-shaped string (``hf_...``, ``ghp_...``, ``sk-...``, ``AKIA...``) are replaced by
+``<redacted>`` in every file of the archive, the captured output included. The rules are in
+``xlalab.tools.redact``.
 
 Without ``--tidy`` the temporary folder is kept and its path printed.
 """
@@ -62,7 +59,14 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from xlalab.debug.recompiles import PlaceHistory
+from xlalab.debug.units import count, format_size
+from xlalab.debug.units import times as units_times
+
+from .redact import REDACTED, Scrubber, looks_like_token, redact_argv, redact_env, secret_values
+
 __all__ = [
+    "REDACTED",
     "GraphBlock",
     "GraphNode",
     "SyncFrame",
@@ -101,65 +105,6 @@ def debug_env(tmpdir: str | os.PathLike[str]) -> dict[str, str]:
         # Belt and braces for a forgotten `-u`: a block-buffered stdout would come out after stderr.
         "PYTHONUNBUFFERED": "1",
     }
-
-
-# --------------------------------------------------------------------------- redaction
-
-REDACTED = "<redacted>"
-_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
-_TOKEN_PREFIX = re.compile(
-    r"(?<![A-Za-z0-9])(?:"
-    r"gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,}|glpat-[A-Za-z0-9_\-]{16,}"
-    r"|hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_\-]{16,}|sk_(?:live|test)_[A-Za-z0-9]{16,}"
-    r"|xox[abprs]-[A-Za-z0-9\-]{10,}|(?:AKIA|ASIA)[0-9A-Z]{16}|AIza[0-9A-Za-z_\-]{30,}"
-    r"|ya29\.[0-9A-Za-z_\-]{20,}|eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"
-    r")"
-)
-_OPAQUE = re.compile(r"[A-Za-z0-9+/=_.\-]{32,}")
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]+:)(?P<pw>[^@/\s]+)(?=@)")
-
-
-def looks_like_token(value: str) -> bool:
-    """True when a value (not its name) looks like a credential; see the module docstring."""
-    if _TOKEN_PREFIX.search(value):
-        return True
-    if not _OPAQUE.fullmatch(value) or value.startswith(("/", ".", "~")) or "//" in value:
-        return False
-    has_letter = any(c.isalpha() for c in value)
-    has_digit = any(c.isdigit() for c in value)
-    return has_letter and has_digit
-
-
-def redact_value(name: str, value: str) -> str:
-    if value and (_SECRET_NAME.search(name) or looks_like_token(value)):
-        return REDACTED
-    return _URL_PASSWORD.sub(lambda m: m["head"] + REDACTED, value)
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment with secret values replaced by ``<redacted>`` (names are kept)."""
-    return {name: redact_value(name, value) for name, value in env.items()}
-
-
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """The command line with token-like words and the values of secret-named options redacted."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        if arg.startswith("-") and "=" in arg:
-            opt, _, val = arg.partition("=")
-            out.append(f"{opt}={redact_value(opt, val)}")
-            continue
-        if arg.startswith("--") and _SECRET_NAME.search(arg):
-            out.append(arg)
-            hide_next = True
-            continue
-        out.append(redact_value("", arg))
-    return out
 
 
 # --------------------------------------------------------------------------- the graph dump
@@ -433,40 +378,95 @@ def diff_graphs(old: GraphBlock, new: GraphBlock, limit: int = 8) -> list[str]:
     return lines
 
 
+@dataclasses.dataclass
+class _Place:
+    """The syncs at one location, and how each of its distinct graphs came to be."""
+
+    blocks: list[GraphBlock] = dataclasses.field(default_factory=list)
+    history: PlaceHistory = dataclasses.field(default_factory=PlaceHistory)
+    # hash -> "first", "warm-up", "recompiled" or "cached" (compiled at another location first)
+    verdict: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def hashes(self) -> list[str]:
+        return list(dict.fromkeys(b.graph_hash for b in self.blocks))
+
+
+def _places(blocks: Sequence[GraphBlock], prefixes: tuple[str, ...]) -> dict[str, _Place]:
+    """Group the syncs by location and judge each new graph by the notebook's warm-up rule.
+
+    A graph whose hash already ran (here or elsewhere) came from the compilation cache: it is
+    not compiled again, and like a cache hit in the notebook it marks the place as settled.
+    """
+    places: dict[str, _Place] = {}
+    compiled: set[str] = set()
+    for b in blocks:
+        place = places.setdefault(sync_location(b, prefixes), _Place())
+        place.blocks.append(b)
+        if b.graph_hash in compiled:
+            place.history.cache_hit()
+            place.verdict.setdefault(b.graph_hash, "cached")
+            continue
+        compiled.add(b.graph_hash)
+        first = place.history.compiles == 0
+        recompiled = place.history.compiled([n.op for n in b.nodes])
+        place.verdict[b.graph_hash] = "first" if first else "recompiled" if recompiled else "warm-up"
+    return places
+
+
+_VERDICT_NOTE = {
+    "first": "",
+    "cached": " (compiled for another location first)",
+    "warm-up": " (warm-up: expected)",
+    "recompiled": " (RECOMPILED)",
+}
+
+
 def summarize_graphs(blocks: Sequence[GraphBlock], prefixes: tuple[str, ...] | None = None) -> list[str]:
-    """Which sync locations recompiled, and what changed between their consecutive graphs."""
+    """Which sync locations recompiled, and what changed between their consecutive graphs.
+
+    The first two compilations at a location are warm-up (SGD's momentum or Adam's moments
+    appear at step 2 and add inputs), unless they have the same ops: the rule the notebook and
+    PT_XLA_DEBUG use (``xlalab.debug.recompiles``). Warm-up is listed, not flagged.
+    """
     if not blocks:
         return ["no sync blocks in the graph file"]
     prefixes = _library_prefixes() if prefixes is None else prefixes
-    groups: dict[str, list[GraphBlock]] = {}
-    for b in blocks:
-        groups.setdefault(sync_location(b, prefixes), []).append(b)
+    places = _places(blocks, prefixes)
     distinct_all = len({b.graph_hash for b in blocks})
-    recompiling = {loc: bs for loc, bs in groups.items() if len({b.graph_hash for b in bs}) > 1}
+    recompiling = {loc: p for loc, p in places.items() if p.history.recompiles}
+    settled = {loc: p for loc, p in places.items() if not p.history.recompiles and len(p.hashes) > 1}
+    warmed = sum(1 for p in settled.values() if p.history.warm_up_compiles)
     lines = [
-        f"{len(blocks)} syncs, {distinct_all} distinct graphs, {len(groups)} sync locations; "
-        f"{len(recompiling)} location(s) with more than one graph"
+        f"{count(len(blocks), 'sync')}, {count(distinct_all, 'distinct graph')}, "
+        f"{count(len(places), 'sync location')}: {len(recompiling)} recompiled, {warmed} warmed up (expected)"
     ]
-    for loc, bs in sorted(recompiling.items(), key=lambda kv: -len({b.graph_hash for b in kv[1]})):
-        order: list[str] = []
-        first: dict[str, GraphBlock] = {}
-        count: Counter[str] = Counter()
-        for b in bs:
-            count[b.graph_hash] += 1
-            if b.graph_hash not in first:
-                first[b.graph_hash] = b
-                order.append(b.graph_hash)
+    ranked = sorted(recompiling.items(), key=lambda kv: -kv[1].history.recompiles) + list(settled.items())
+    for loc, place in ranked:
+        order = place.hashes
+        first = {h: next(b for b in place.blocks if b.graph_hash == h) for h in order}
+        uses = Counter(b.graph_hash for b in place.blocks)
         lines.append("")
-        lines.append(f"RECOMPILED at {loc}: {len(bs)} syncs, {len(order)} distinct graphs")
+        head = f"{len(place.blocks)} syncs, {len(order)} distinct graphs"
+        if place.history.recompiles:
+            lines.append(f"RECOMPILED at {loc}: {head}, {count(place.history.recompiles, 'recompilation')}")
+        elif place.history.warm_up_compiles:
+            lines.append(
+                f"warm-up at {loc}: {head}, no recompilation (step 1 runs without the optimizer's state, "
+                "step 2 creates it: expected)"
+            )
+        else:
+            lines.append(f"no recompilation at {loc}: {head}, each compiled for another location first")
         for k, h in enumerate(order, 1):
             b = first[h]
+            sizes = f"{count(len(b.nodes), 'node')}, {count(len(b.inputs), 'input')}"
             lines.append(
-                f"  graph {k}: hash {h}, first at sync #{b.index}, {count[h]} sync(s), "
-                f"{len(b.nodes)} nodes, {len(b.inputs)} inputs"
+                f"  graph {k}: hash {h}, first at sync #{b.index}, {count(uses[h], 'sync')}, "
+                f"{sizes}{_VERDICT_NOTE[place.verdict[h]]}"
             )
         # Compare each new graph with the one that ran at this location just before it: that is
         # the graph the recompilation replaced.
-        seq = [b.graph_hash for b in bs]
+        seq = [b.graph_hash for b in place.blocks]
         for k, h in enumerate(order[1:], 2):
             pos = seq.index(h)
             prev_hash = seq[pos - 1]
@@ -475,13 +475,15 @@ def summarize_graphs(blocks: Sequence[GraphBlock], prefixes: tuple[str, ...] | N
             lines.extend("    " + s for s in diff_graphs(first[prev_hash], first[h]))
         returns = sum(1 for a, b in itertools.pairwise(seq) if a != b and seq.index(b) < seq.index(a))
         if returns:
-            lines.append(f"  (switched back to an earlier, cached graph {returns} time(s))")
-    stable = {loc: bs for loc, bs in groups.items() if loc not in recompiling}
+            lines.append(f"  (switched back to an earlier, cached graph {units_times(returns)})")
+    stable = {loc: p for loc, p in places.items() if len(p.hashes) == 1}
     if stable:
         lines.append("")
         lines.append("locations with a single graph (no recompilation):")
-        for loc, bs in stable.items():
-            lines.append(f"  {loc}: {len(bs)} sync(s), hash {bs[0].graph_hash}, {len(bs[0].nodes)} nodes")
+        for loc, place in stable.items():
+            b = place.blocks[0]
+            syncs = count(len(place.blocks), "sync")
+            lines.append(f"  {loc}: {syncs}, hash {b.graph_hash}, {count(len(b.nodes), 'node')}")
     return lines
 
 
@@ -490,16 +492,28 @@ def summarize_graphs(blocks: Sequence[GraphBlock], prefixes: tuple[str, ...] | N
 _EXECUTING = re.compile(r"Executing IR graph hash (?P<hash>\S+) on device (?P<device>\S+)")
 
 
+def hex_hash(text: str) -> str:
+    """A graph hash in torch_xla's form (hex, as the graph file and PT_XLA_DEBUG print it).
+
+    A 64-bit hash printed in decimal has 17 to 20 digits, more than its hex form can have:
+    those are converted; anything else already is hex.
+    """
+    if text.isdigit() and len(text) > 16:
+        return f"{int(text):x}"
+    return text
+
+
 def summarize_log_hashes(log_text: str) -> list[str]:
     """Without a graph file, TF_CPP_VMODULE=tensor=5's log still tells how many graphs ran."""
-    hashes = [m["hash"] for m in _EXECUTING.finditer(log_text)]
+    hashes = [hex_hash(m["hash"]) for m in _EXECUTING.finditer(log_text)]
     if not hashes:
         return []
     counts = Counter(hashes)
     listed = ", ".join(f"{h} x{n}" for h, n in counts.items())
     return [
-        f"from the tensor=5 log in {OUTPUT_FILE}: {len(hashes)} executions of {len(counts)} distinct "
-        f"graph(s): {listed} (where they were synced, and what changed, needs the graph file)"
+        f"from the tensor=5 log in {OUTPUT_FILE}: {count(len(hashes), 'execution')} of "
+        f"{count(len(counts), 'distinct graph')}: {listed} (where they were synced, and what changed, "
+        "needs the graph file)"
     ]
 
 
@@ -512,13 +526,18 @@ def summarize_metrics(text: str) -> list[str]:
     """The last report of an XLA_METRICS_FILE: compile and execute counts, CPU fallbacks."""
     headers = list(_STEP_HEADER.finditer(text))
     last = text[headers[-1].end() :] if headers else text
-    step = f"step={headers[-1]['step']}, " if headers else ""
     counters = {m["name"]: m["value"] for m in _COUNTER.finditer(last)}
     samples = {m["name"]: m["value"] for m in _METRIC.finditer(last)}
     if not counters and not samples:
         return ["no metrics report found in the file"]
+    # Reports are numbered from step=0, as torch_xla numbers them: the report after the third
+    # step is headed step=2. Say how many steps ran, from MarkStep when the report has it.
+    marks = counters.get("MarkStep", "")
+    steps = int(marks) if marks.isdigit() else int(headers[-1]["step"]) + 1 if headers else None
+    after = f"after {count(steps, 'step')}" if steps is not None else "the report"
+    header = f", headed [MetricsData; step={headers[-1]['step']}]" if headers else ""
     lines = [
-        f"last report ({step}{len(headers) or 1} report(s)): "
+        f"last report ({after}; {count(len(headers) or 1, 'report')}{header}): "
         f"CompileTime samples={samples.get('CompileTime', 0)}, "
         f"ExecuteTime samples={samples.get('ExecuteTime', 0)}, "
         f"UncachedCompile={counters.get('UncachedCompile', 0)}, "
@@ -537,15 +556,29 @@ def summarize_metrics(text: str) -> list[str]:
 _PROFILER = re.compile(r"(?:pt-xla|xlalab)-profiler:?(?P<note>.*)$")
 
 
+_POST_COMPILE_SIZE = re.compile(r"^Post Compilation Analysis: (?P<what>[A-Za-z ]+?) size: (?P<gb>[\d.]+) GB")
+
+
+def _approx_size(gb: float) -> str:
+    """A size PT_XLA_DEBUG printed as GB with six decimals (a resolution of about 1 KB)."""
+    nbytes = gb * 2**30
+    return "under 1 KB" if nbytes < 1024 else "~" + format_size(nbytes)
+
+
 def summarize_pt_xla_debug(text: str) -> list[str]:
     """Compilation and execution causes from a PT_XLA_DEBUG file, plus its analysis lines."""
     causes: dict[str, Counter[str]] = {"Compilation": Counter(), "Execution": Counter()}
     lines = text.splitlines()
     notes: list[str] = []
+    largest: dict[str, float] = {}
     for i, line in enumerate(lines):
         for kind in causes:
             if line.strip() == f"{kind} Analysis: {kind} Cause" and i + 1 < len(lines):
                 causes[kind][lines[i + 1].split(":", 1)[-1].strip()] += 1
+        sm = _POST_COMPILE_SIZE.match(line)
+        if sm:
+            what = sm["what"].lower()
+            largest[what] = max(largest.get(what, 0.0), float(sm["gb"]))
         pm = _PROFILER.search(line)
         if pm:
             note = pm["note"].strip()
@@ -556,6 +589,9 @@ def summarize_pt_xla_debug(text: str) -> list[str]:
         total = sum(counter.values())
         detail = "; ".join(f"{cause} x{n}" for cause, n in counter.most_common())
         out.append(f"{kind.lower()}s: {total}" + (f" ({detail})" if detail else ""))
+    if largest:
+        sizes = ", ".join(f"{what} {_approx_size(gb)}" for what, gb in largest.items())
+        out.append(f"largest compiled graph sizes: {sizes}")
     if notes:
         out.append("analysis:")
         out.extend(f"  {n}" for n in notes[-15:])
@@ -740,7 +776,7 @@ def _describe_exit(returncode: int) -> str:
 def _output_status(tmpdir: Path, stem: str, what: str, why: str) -> tuple[list[Path], str]:
     files = sorted(p for p in tmpdir.glob(stem + "*") if p.is_file())
     if files:
-        sizes = ", ".join(f"{p.name} ({p.stat().st_size} bytes)" for p in files)
+        sizes = ", ".join(f"{p.name} ({format_size(p.stat().st_size)})" for p in files)
         return files, f"{what}: {sizes}"
     return files, f"{what}: MISSING ({why})"
 
@@ -791,7 +827,8 @@ def write_summary(
     lines.append(status)
     log = tmpdir / OUTPUT_FILE
     log_text = log.read_text(errors="replace") if log.exists() else ""
-    lines.append(f"output: {OUTPUT_FILE} ({len(log_text.splitlines())} lines, stdout and stderr interleaved)")
+    n_lines = count(len(log_text.splitlines()), "line")
+    lines.append(f"output: {OUTPUT_FILE} ({n_lines}, stdout and stderr interleaved)")
 
     lines += ["", "graph recompilations", "--------------------"]
     if graph_files:
@@ -816,11 +853,19 @@ def write_summary(
             lines.extend(summarize_pt_xla_debug(df.read_text(errors="replace")))
     if returncode != 0:
         tail = log_text.splitlines()[-25:]
-        lines += ["", f"last {len(tail)} lines of output", "-" * 25]
+        title = f"last {count(len(tail), 'line')} of output"
+        lines += ["", title, "-" * len(title)]
         lines.extend(tail)
     text = "\n".join(lines) + "\n"
     (tmpdir / "summary.txt").write_text(text)
     return text
+
+
+def scrub_folder(tmpdir: Path, scrubber: Scrubber) -> None:
+    """Scrub every file debug-run packs: whatever the child printed or wrote may hold a secret."""
+    for p in sorted(tmpdir.iterdir()):
+        if p.is_file():
+            scrubber.scrub_file(p)
 
 
 def pack(tmpdir: Path, outfile: Path) -> list[str]:
@@ -896,7 +941,9 @@ def run(args: argparse.Namespace) -> int:
         (tmpdir / "versions.txt").write_text(collect_versions(command, env))
     except Exception as e:  # versions are a nicety: never lose the run's archive over them
         (tmpdir / "versions.txt").write_text(f"could not collect versions: {e!r}\n")
-    summary = write_summary(tmpdir, command, returncode, seconds, set_vars, args.tidy)
+    write_summary(tmpdir, command, returncode, seconds, set_vars, args.tidy)
+    scrub_folder(tmpdir, Scrubber(secret_values(env, command)))
+    summary = (tmpdir / "summary.txt").read_text(errors="replace")
     try:
         members = pack(tmpdir, outfile)
     except OSError as e:
