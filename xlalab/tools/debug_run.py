@@ -60,7 +60,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from xlalab.debug.recompiles import PlaceHistory
-from xlalab.debug.units import count, format_size
+from xlalab.debug.units import count, format_size, part_of
 from xlalab.debug.units import times as units_times
 
 from .redact import REDACTED, Scrubber, looks_like_token, redact_argv, redact_env, secret_values
@@ -334,14 +334,14 @@ def diff_graphs(old: GraphBlock, new: GraphBlock, limit: int = 8) -> list[str]:
     if len(oi) == len(ni):
         changed = [(a, b) for a, b in zip(oi, ni) if a.shape != b.shape]
         if changed:
-            lines.append(f"input shapes changed ({len(changed)} of {len(ni)} inputs):")
+            lines.append(f"input shapes changed ({part_of(len(changed), len(ni), 'input')}):")
             for a, b in changed[:limit]:
                 before, after = _shapes(a.shape, b.shape)
                 lines.append(f"  input %{b.id}: {before} -> {after}{_where(new, b)}")
             if len(changed) > limit:
                 lines.append(f"  ... and {len(changed) - limit} more")
         else:
-            lines.append(f"input shapes: unchanged ({len(ni)} inputs)")
+            lines.append(f"input shapes: unchanged ({count(len(ni), 'input')})")
     else:
         lines.append(f"number of inputs: {len(oi)} -> {len(ni)}")
         before_c = Counter(_short(n.shape) for n in oi)
@@ -898,9 +898,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     )
     parser.epilog = (
         "example: xlalab debug-run --outfile /tmp/debug_run.tar.gz -- python -u train.py --steps 20\n\n"
-        "Keep the run short (tens of steps). The exit code is the command's. Secrets in the environment "
-        "are redacted: names containing TOKEN, KEY, SECRET, PASSWORD, PASSWD, CREDENTIAL or AUTH, and "
-        "values that look like tokens (see `pydoc xlalab.tools.debug_run`)."
+        "Keep the run short (tens of steps). The exit code is the command's. Secrets are redacted in every "
+        "file of the archive, the captured output included: the values of variables and options whose names "
+        "contain TOKEN, KEY, SECRET, PASSWORD, PASSWD, CREDENTIAL or AUTH, the argument after -t or -p, and "
+        "anything shaped like a token (hf_..., ghp_..., sk-..., AKIA...; see `pydoc xlalab.tools.redact`)."
     )
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--outfile", required=True, help="the tar.gz to write")
@@ -959,7 +960,7 @@ def run(args: argparse.Namespace) -> int:
     missing = [line.split(":")[0] for line in summary.splitlines() if ": MISSING (" in line]
     if missing:
         print(f"{PROG}: not produced: {', '.join(missing)}", file=sys.stderr)
-    print(f"{PROG}: wrote {outfile} ({len(members)} files; start with summary.txt)", file=sys.stderr)
+    print(f"{PROG}: wrote {outfile} ({count(len(members), 'file')}; start with summary.txt)", file=sys.stderr)
     if not args.tidy:
         print(f"{PROG}: the files are also in {tmpdir} (use --tidy to remove them)", file=sys.stderr)
     return exit_code(returncode)
