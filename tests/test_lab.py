@@ -111,12 +111,14 @@ def test_a_batch_change_two_cells_later_warns_naming_the_line_and_the_shape(shel
     assert "xlalab" not in shell.ok("x = 1")
     out = shell.ok("# the last batch of the epoch\nloss = step(15)")
     count = shell.sh.execution_count - 1
+    made = f"cell [{count - 3}], line 8"  # in step(), defined in the setup cell
     assert "Recompiled: an input's shape changed" in out
     assert "data: f32[16,8] → f32[15,8]" in out
-    assert f"at cell [{count}], line 2" not in out  # the innermost frame is in step(), not here
-    assert f"cell [{count}], line 2 in <module>: loss = step(15)" in out
+    # The line: the one that made the changed input; the barrier and the caller are context.
+    assert f"  at {made} in step: data = torch.randn(batch, 8).to(dev)" in out
+    assert f"data was sent to the device at {made}: data = torch.randn(batch, 8).to(dev)" in out
     assert "line 13 in step: xm.mark_step()" in out  # the barrier inside step()
-    assert "sent to the device at cell" in out and "data = torch.randn(batch, 8).to(dev)" in out
+    assert f"cell [{count}], line 2 in <module>: loss = step(15)" in out
     # The same batch again hits the cache: quiet.
     assert "xlalab" not in shell.ok("loss = step(15)")
 
@@ -282,14 +284,21 @@ def test_a_warning_event_reaches_listeners_in_protocol_shape(shell: Shell) -> No
     got: list[dict[str, Any]] = []
     xlalab.lab.session().watcher.listeners.append(got.append)
     shell.ok(setup(17))
+    setup_cell = shell.sh.execution_count - 1
     shell.ok("for _ in range(3):\n    step(16)")
     shell.ok("step(15)")
     kinds = {e["kind"] for e in got}
     assert {"compile_start", "compile", "execute", "sync", "transfer", "warning"} <= kinds
     warning = next(e["warning"] for e in got if e["kind"] == "warning")
     assert warning["category"] == "recompile"
-    assert warning["where"]["cell"]["execution_count"] == shell.sh.execution_count - 1
-    assert warning["where"]["line"] == 1
+    # The line that made the changed input, not the caller that ran the step.
+    assert warning["where"]["cell"]["execution_count"] == setup_cell
+    assert warning["where"]["line"] == 8  # data = torch.randn(batch, 8).to(dev)
+    assert warning["cell"]["execution_count"] == shell.sh.execution_count - 1
+    compiles = [e for e in got if e["kind"] == "compile" and not e["cached"]]
+    assert warning["graph_hash"] == compiles[-1]["graph_hash"]
+    assert warning["previous_graph_hash"] == compiles[-2]["graph_hash"]
+    assert warning["previous_graph_hash"] != warning["graph_hash"]
     compiles = [e for e in got if e["kind"] == "compile"]
     assert all(isinstance(e["graph_hash"], str) for e in compiles)
     starts = [e for e in got if e["kind"] == "compile_start"]

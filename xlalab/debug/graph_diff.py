@@ -11,6 +11,7 @@ frames only, and can be kept for as long as the session lasts.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,13 +42,21 @@ def type_bytes(ty: str) -> int:
 @dataclass(frozen=True)
 class NodeSig:
     """A node's identity for diffing: op name, type, structural hash (which covers baked-in
-    static arguments), whether it is an input, and where user code created it (IR debug)."""
+    static arguments), whether it is an input, where user code created it (IR debug), the
+    static arguments it baked into the graph (``(("end", "3"),)``) and whether the graph
+    returns it (a live tensor holds it)."""
 
     name: str
     type: str
     hash: int
     leaf: bool
     made: Frame | None
+    consts: tuple[tuple[str, str], ...] = ()
+    output: bool = False
+
+    def same_node(self, other: NodeSig) -> bool:
+        """Equal but for being an output."""
+        return self == dataclasses.replace(other, output=self.output)
 
 
 def node_type(n: Any) -> str:
@@ -87,11 +96,58 @@ def _bytes(shape: Any, dtype: Any) -> int:
     return count * (int(size) if size else 4)
 
 
+def constants(n: Any) -> tuple[tuple[str, str], ...]:
+    """The static arguments a node baked into the graph, by the schema's argument names:
+    ``aten::slice`` -> ``(("dim", "1"), ("start", "0"), ("end", "3"))``. Operands are left out."""
+    arg = getattr(n, "arg", None)
+    schema = getattr(n.op, "_schema", None)
+    if schema is None or not isinstance(arg, tuple) or len(arg) != 2:
+        return ()
+    tpl, ktpl = arg
+    names = [a.name for a in schema.arguments]
+    out = []
+    for i, v in enumerate(tpl if isinstance(tpl, tuple) else ()):
+        if not _is_operand(v):
+            out.append((names[i] if i < len(names) else f"arg{i}", _const_str(v)))
+    for item in ktpl if isinstance(ktpl, tuple) else ():
+        if isinstance(item, tuple) and len(item) == 2 and not str(item[0]).startswith("__"):
+            if not _is_operand(item[1]):
+                out.append((str(item[0]), _const_str(item[1])))
+    return tuple(out)
+
+
+def _is_operand(v: Any) -> bool:
+    from xlalab.runtime.ir import Slot
+
+    if isinstance(v, Slot):
+        return True
+    if isinstance(v, (tuple, list)) and v:
+        return all(_is_operand(x) for x in v)
+    return False
+
+
+def _const_str(v: Any) -> str:
+    if isinstance(v, (tuple, list)):
+        inner = ", ".join(_const_str(x) for x in v)
+        return f"[{inner}]"
+    value = getattr(v, "value", v)  # ir.Const wraps a typed number
+    if hasattr(value, "is_floating_point") or type(value).__name__ == "dtype":
+        return str(value).removeprefix("torch.")
+    return repr(value) if not isinstance(value, str) else value
+
+
 def signature(graph: Any) -> tuple[NodeSig, ...]:
+    roots = set(getattr(graph, "roots", ()))
     sig = []
-    for n in graph.nodes:
+    for i, n in enumerate(graph.nodes):
         frames = getattr(n, "frames", None)
-        sig.append(NodeSig(n.name, node_type(n), int(n.hash), bool(n.is_leaf), frames[0] if frames else None))
+        leaf = bool(n.is_leaf)
+        sig.append(
+            NodeSig(
+                n.name, node_type(n), int(n.hash), leaf, frames[0] if frames else None,
+                () if leaf else constants(n), i in roots,
+            )
+        )  # fmt: skip
     return tuple(sig)
 
 
@@ -99,8 +155,11 @@ def signature(graph: Any) -> tuple[NodeSig, ...]:
 class Change:
     """The first difference between two graphs.
 
-    ``kind``: ``input_shape``, ``ops``, ``output_shape``, ``baked_value``, ``size`` (one graph
-    is a prefix of the other) or ``settings`` (same graph, different compile settings).
+    ``kind``: ``input_shape``, ``baked_value`` (a static argument: ``arg`` names it, ``old``
+    and ``new`` are its values), ``ops``, ``output_shape``, ``outputs`` (the same nodes, but
+    the graph returns others: ``extra`` and ``dropped`` are their positions in the new and
+    the old graph), ``size`` (one graph is a prefix of the other) or ``settings`` (same
+    graph, different compile settings).
     ``index``: the node's position in the new graph's post-order (None for size/settings).
     """
 
@@ -111,21 +170,46 @@ class Change:
     new: str = ""
     made: Frame | None = None
     input_position: int | None = None  # for input_shape: which input (leaves in post-order)
+    arg: str = ""  # for baked_value: the argument's name in the op's schema
+    extra: tuple[int, ...] = ()
+    dropped: tuple[int, ...] = ()
 
 
 def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
     inputs = 0
+    outputs_differ = False
     for i, (a, b) in enumerate(zip(old, new)):
         if a == b:
             inputs += b.leaf
+            continue
+        if a.same_node(b):
+            outputs_differ = True
             continue
         if b.leaf and a.leaf and a.type != b.type:
             return Change("input_shape", i, b.name, a.type, b.type, b.made, input_position=inputs)
         if a.name != b.name:
             return Change("ops", i, b.name, a.name, b.name, b.made)
+        if a.consts != b.consts:
+            changed = [(x, y) for x, y in zip(a.consts, b.consts) if x != y] or [(("", ""), ("", ""))]
+            (name, was), (_, now) = changed[0]
+            if len(a.consts) != len(b.consts):
+                name, was, now = "arguments", _args_str(a.consts), _args_str(b.consts)
+            return Change("baked_value", i, b.name, was, now, b.made, arg=name)
         if a.type != b.type:
             return Change("output_shape", i, b.name, a.type, b.type, b.made)
         return Change("baked_value", i, b.name, a.type, b.type, b.made)
     if len(old) != len(new):
         return Change("size", None, "", f"{len(old)} nodes", f"{len(new)} nodes")
+    if outputs_differ:
+        extra = tuple(i for i, (a, b) in enumerate(zip(old, new)) if b.output and not a.output)
+        dropped = tuple(i for i, (a, b) in enumerate(zip(old, new)) if a.output and not b.output)
+        first = (extra or dropped)[0]
+        return Change(
+            "outputs", first, new[first].name, f"{sum(s.output for s in old)} outputs",
+            f"{sum(s.output for s in new)} outputs", new[first].made, extra=extra, dropped=dropped,
+        )  # fmt: skip
     return Change("settings")
+
+
+def _args_str(consts: Sequence[tuple[str, str]]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in consts)

@@ -81,13 +81,6 @@ class CellMap:
         return linecache.getline(f.file, f.line).strip()
 
     def jump_target(self, frames: list[Frame]) -> Frame | None:
-        """The frame a warning points at: the innermost one in the cell running now, else the
-        innermost one in any cell, else the innermost user frame."""
-        in_cells = [(f, self.cell_of(f.file)) for f in frames]
-        for f, cell in in_cells:
-            if cell is not None and cell[0] == self.current:
-                return f
-        for f, cell in in_cells:
-            if cell is not None:
-                return f
+        """The frame a warning points at: the innermost frame of user code (a cell or a user's
+        file), at the operation that caused it. Its callers are context, shown under it."""
         return frames[0] if frames else None

@@ -10,12 +10,26 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from xlalab.runtime import config
+
 from . import render
 from .cells import CellMap
 from .comm import CommServer
 from .watcher import Watcher
 
 _log = logging.getLogger("xlalab.lab")
+
+
+def record_lines(on: bool) -> None:
+    """Every op records the user's line that made it (XLA_IR_DEBUG), so a warning can name the
+    line that baked a changed integer or took another path. The notebook turns it on when it
+    loads (%xla_debug off turns it off): it costs a stack walk per op, and backward ops keep
+    their forward op's stack (autograd's anomaly mode, whose warning is not the user's)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Anomaly Detection has been enabled")
+        config.set("XLA_IR_DEBUG", on)
 
 
 class LabSession:
@@ -28,11 +42,14 @@ class LabSession:
         self.warnings_on = True
         self.cell_snapshots: list[dict[str, Any]] = []  # metrics at the start of the last two cells
         self._magics: Any = None
+        self._ir_debug_before: Any = None
 
     # ---- lifecycle
     def start(self) -> None:
         from .magics import XlaMagics
 
+        self._ir_debug_before = config.get("XLA_IR_DEBUG")
+        record_lines(True)
         self.watcher.start()
         self.comm.start()
         self.shell.events.register("pre_run_cell", self.pre_run_cell)
@@ -61,6 +78,7 @@ class LabSession:
         self.views.clear()
         self.comm.stop()
         self.watcher.stop()
+        record_lines(bool(self._ir_debug_before))
 
     # ---- cells
     def pre_run_cell(self, info: Any) -> None:

@@ -46,6 +46,9 @@ ACCESS_REASONS = {
 ITEM_OP = "aten::_local_scalar_dense"  # the .item() read, reported as a transfer, not a fallback
 DYNAMIC_SHAPE_OPS = {"aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique2"}
 KEEP_GRAPHS = 32
+READ_ADVICE = (
+    "read the value after xm.mark_step(), or keep it on the device (accumulate a tensor, read it once)"
+)
 _NOT_SENT = ("kind", "frames", "graph")  # kind is set first; frames become "where"; graphs stay here
 
 
@@ -63,6 +66,7 @@ class Finding:
     graph_hash: str = ""
     details: list[str] = field(default_factory=list)
     count: int = 1
+    previous_graph_hash: str = ""  # recompilations: the graph this one replaced at its place
 
 
 @dataclass
@@ -70,8 +74,22 @@ class _Site:
     """One place in user code that compiles: what it compiled and how often it hit the cache."""
 
     signature: tuple[graph_diff.NodeSig, ...] | None = None  # of the last graph compiled here
+    graph_hash: int = 0  # of the last graph compiled here
     compiles: int = 0
     hits: int = 0
+    reads: tuple[Frame | None, ...] = ()  # lines that cut the step before the last compile here
+
+
+@dataclass
+class _Cause:
+    """Why a place recompiled: the kind of change, a title and a message in plain words, the
+    user's line that made the change (None when unknown) and more lines."""
+
+    kind: str
+    title: str
+    message: str
+    where: Frame | None
+    details: list[str]
 
 
 def hex_hash(h: int) -> str:
@@ -110,6 +128,8 @@ class Watcher:
         self._uploads: list[tuple[int, Frame]] = []  # (bytes, where) of recent host -> device copies
         self._cuts: dict[tuple[str, Frame | None], int] = {}  # reads that ran pending IR, per line, this cell
         self._cell_steps = 0  # step barriers (mark_step) in the cell running now
+        # Reads that ran pending IR since the last step barrier: (reason, user frames).
+        self._step_reads: list[tuple[str, list[Frame]]] = []
         self._lock = threading.RLock()
         self._unsubscribe: Callable[[], None] | None = None
         self.compiling: dict[str, Any] | None = None  # the compile_start event of a compile under way
@@ -237,81 +257,207 @@ class Watcher:
             self.graphs.popitem(last=False)
         sig = graph_diff.signature(graph)
         previous, site.signature = site.signature, sig
+        previous_hash, site.graph_hash = site.graph_hash, ev.graph_hash
         if previous is None:
+            site.reads = tuple(fr[0] if fr else None for _, fr in self._step_reads)
             return None
         # Warm-up (the optimizer's state appears at step 2) is not worth a word: the shared rule.
         same_ops = recompiles.same_ops([a.name for a in previous], [b.name for b in sig])
         if not recompiles.is_recompile(warm_up=warm_up, same_op_sequence=same_ops):
             return None
         change = graph_diff.first_change(previous, sig)
-        what, message, details = self._describe(change, graph, len(previous), len(sig))
-        frames = self.cells.user_frames(ev.frames)
-        details.append(
-            f"{site.compiles} graphs compiled at this place so far; this one took {ev.seconds:.2f} s"
+        barrier = self.cells.user_frames(ev.frames)
+        cause = self._describe(change, graph, previous, sig)
+        reads = tuple(fr[0] if fr else None for _, fr in self._step_reads)
+        previous_reads, site.reads = site.reads, reads
+        if cause.kind != "input_shape" and reads != previous_reads and self._step_reads:
+            folded = self._fold_under_read(cause, barrier)
+            if folded is not None:
+                return folded
+        # The line that caused it first; the barrier that compiled it (and its callers) as context.
+        frames = ([cause.where] if cause.where is not None else []) + [f for f in barrier if f != cause.where]
+        cause.details.append(
+            f"{site.compiles} graphs compiled at {self._label(site_frame)} so far; this one took "
+            f"{ev.seconds:.2f} s"
         )
-        return self._finding(
-            ("recompile", site_frame, what, message),
+        finding = self._finding(
+            ("recompile", site_frame, cause.title, cause.message),
             "recompile",
-            f"Recompiled: {what}",
-            message,
+            f"Recompiled: {cause.title}",
+            cause.message,
             frames,
             hex_hash(ev.graph_hash),
-            details,
+            cause.details,
         )
+        finding.previous_graph_hash = hex_hash(previous_hash)
+        return finding
+
+    def _label(self, f: Frame | None) -> str:
+        return "an unknown place" if f is None else self.cells.label(f)
+
+    def _at(self, f: Frame | None) -> str:
+        """`` at cell [3], line 2: y = x[:n]`` for a line of user code ('' when unknown)."""
+        if f is None:
+            return ""
+        src = self.cells.source_line(f)
+        return f" at {self.cells.label(f)}" + (f": {src}" if src else "")
+
+    def _user_made(self, made: Frame | None) -> Frame | None:
+        return made if made is not None and self.cells.is_user(made) else None
 
     def _describe(
-        self, change: graph_diff.Change, graph: Any, n_old: int, n_new: int
-    ) -> tuple[str, str, list[str]]:
-        """(what changed, the change itself, more lines) for a recompilation."""
-        details: list[str] = []
-        made = (
-            f" (made at {self.cells.label(change.made)}: {self.cells.source_line(change.made)})"
-            if change.made is not None
-            else ""
-        )
+        self,
+        change: graph_diff.Change,
+        graph: Any,
+        old: tuple[graph_diff.NodeSig, ...],
+        new: tuple[graph_diff.NodeSig, ...],
+    ) -> _Cause:
+        """What changed between two graphs compiled at one place, in plain words, and the line."""
+        made = self._user_made(change.made)
+        no_lines = "" if made is not None else "run %xla_debug on to record the line that creates every op"
         if change.kind == "input_shape":
             node = graph.nodes[change.index]
             name = _name_of(node, self.cells) or f"input {change.input_position}"
-            message = f"{name}: {change.old} → {change.new}"
+            what = "shape" if change.old.partition("[")[0] == change.new.partition("[")[0] else "dtype"
+            sent = None
             for nbytes, frame in reversed(self._uploads):
                 if nbytes == graph_diff.type_bytes(change.new):
-                    details.append(
-                        f"sent to the device at {self.cells.label(frame)}: {self.cells.source_line(frame)}"
-                    )
+                    sent = frame
                     break
-            return "an input's shape changed", message, details
-        if not made:
-            details.append("run %xla_debug on to record the line that creates every op")
+            details = [f"{name} was sent to the device{self._at(sent)}"] if sent is not None else []
+            message = f"{name}: {change.old} → {change.new}"
+            return _Cause("input_shape", f"an input's {what} changed", message, sent, details)
         held_by = _name_of(graph.nodes[change.index], self.cells) if change.index is not None else None
-        if held_by is not None:
-            details.insert(0, f"the changed value is {held_by}")
-        if change.kind == "ops":
-            return "the ops changed", f"{change.old} became {change.new}{made}", details
-        if change.kind == "output_shape":
-            return "an op's output shape changed", f"{change.op}: {change.old} → {change.new}{made}", details
-        if change.kind == "baked_value":
-            details.insert(0, "a Python int/bool that changes between calls is baked into the graph: pass it "
-                              "as a tensor, or keep it constant")  # fmt: skip
-            return (
-                "a value baked into the graph changed",
-                f"an argument of {change.op} {change.new}{made}",
+        details = [f"the changed value is {held_by}"] if held_by else []
+        if change.kind == "baked_value" and change.arg:
+            details.append(
+                "a Python int that changes between calls is baked into the graph: keep it constant "
+                "(pad to a fixed size), or pass it as a tensor"
+            )
+            details += [no_lines] if no_lines else []
+            return _Cause(
+                "baked_value",
+                "an integer baked into the graph changed",
+                f"{change.op} {change.arg}: {change.old} → {change.new}{self._at(made)}",
+                made,
                 details,
             )
+        if change.kind == "ops":
+            details.append(
+                "the code took another path (a Python branch on a value, a flag, a different layer): "
+                "keep the step's code path the same from step to step"
+            )
+            details += [no_lines] if no_lines else []
+            return _Cause(
+                "ops",
+                "the graph's structure changed",
+                f"the first different op: {change.old} became {change.new}{self._at(made)}",
+                made,
+                details,
+            )
+        if change.kind == "output_shape":
+            details += [no_lines] if no_lines else []
+            return _Cause(
+                "output_shape", "an op's output shape changed",
+                f"{change.op}: {change.old} → {change.new}{self._at(made)}", made, details,
+            )  # fmt: skip
+        if change.kind == "baked_value":
+            details += [no_lines] if no_lines else []
+            return _Cause(
+                "baked_value", "a value baked into the graph changed",
+                f"an argument of {change.op}{self._at(made)}", made, details,
+            )  # fmt: skip
+        if change.kind == "outputs":
+            return self._outputs_changed(change, graph, old, new)
         if change.kind == "size":
-            return "the graph grew or shrank", f"{n_old} → {n_new} nodes", details
-        return (
+            longer, shorter = (new, old) if len(new) > len(old) else (old, new)
+            first = longer[len(shorter)]
+            at = self._user_made(first.made) if longer is new else None
+            grew = "grew" if longer is new else "shrank"
+            return _Cause(
+                "size",
+                f"the graph {grew}",
+                f"{len(old)} → {len(new)} nodes; the first {'new' if longer is new else 'missing'} op: "
+                f"{first.name}{self._at(at)}",
+                at,
+                [] if at is not None or longer is not new else [no_lines],
+            )
+        return _Cause(
+            "settings",
             "the compile settings changed",
             "same graph; matmul precision, XLA_HLO_DEBUG or a precision switch",
+            None,
             [],
         )
+
+    def _outputs_changed(
+        self,
+        change: graph_diff.Change,
+        graph: Any,
+        old: tuple[graph_diff.NodeSig, ...],
+        new: tuple[graph_diff.NodeSig, ...],
+    ) -> _Cause:
+        """Same ops, but the graph returns other tensors: something keeps a tensor alive."""
+        parts = []
+        where: Frame | None = None
+        for i in change.extra[:3]:
+            made = self._user_made(new[i].made)
+            where = where or made
+            name = _name_of(graph.nodes[i], self.cells)
+            parts.append(f"{name or new[i].name} ({new[i].type}){self._at(made) or ''}")
+        more = f" and {len(change.extra) - 3} more" if len(change.extra) > 3 else ""
+        message = f"{change.old} → {change.new}"
+        if parts:
+            message += "; now also returned: " + "; ".join(parts) + more
+        elif change.dropped:
+            message += f"; no longer returned: {', '.join(old[i].name for i in change.dropped[:3])}"
+        return _Cause(
+            "outputs",
+            "the set of live outputs changed",
+            message,
+            where,
+            [
+                "a tensor of this step is still referenced (kept in a list, accumulated across steps, "
+                "a variable from an earlier step), so the graph must return it: keep only what you "
+                "need, or .detach() and read it after the barrier"
+            ],
+        )
+
+    def _fold_under_read(self, cause: _Cause, barrier: list[Frame]) -> Finding | None:
+        """A recompilation explained by a read that cut the step: said under that read's finding."""
+        reason, frames = self._step_reads[-1]
+        what = ACCESS_REASONS.get(reason, reason)
+        site = frames[0] if frames else None
+        f = self._keyed.get(("transfer", reason, site))
+        if f is None:
+            f = self._finding(
+                ("transfer", reason, site),
+                "transfer",
+                f"{what} cut the step",
+                f"{what} of a pending tensor compiled and ran its graph before the step's end",
+                frames,
+                "",
+                [READ_ADVICE],
+            )
+        else:
+            self.cell_findings.add(f.id)
+        at = self._label(barrier[0] if barrier else None)
+        note = f"so the rest of the step is another graph: it recompiled at {at} ({cause.title}: "
+        note += f"{cause.message})"
+        if note not in f.details:
+            f.details.append(note)
+        return f
 
     def _on_sync(self, ev: events.SyncEvent) -> Finding | None:
         if ev.reason == "mark_step":
             self._cell_steps += 1
+            self._step_reads.clear()
         what = ACCESS_REASONS.get(ev.reason)
         if what is None or ev.graph is None:
             return None  # a step barrier, or a read of a value that was already computed
         frames = self.cells.user_frames(ev.frames)
+        self._step_reads.append((ev.reason, frames))
+        del self._step_reads[:-16]
         site = frames[0] if frames else None
         cuts = self._cuts[(ev.reason, site)] = self._cuts.get((ev.reason, site), 0) + 1
         # A single read in a cell that runs no steps is how a notebook looks at a value; a read that
@@ -326,10 +472,7 @@ class Watcher:
             f"{what} of a pending tensor compiled and ran its graph ({nodes} nodes) before the step's end",
             frames,
             hex_hash(ev.graph_hash),
-            [
-                "read the value after xm.mark_step(), or keep it on the device "
-                "(accumulate a tensor, read it once)"
-            ],
+            [READ_ADVICE],
         )
         finding.count = max(finding.count, cuts)  # the reads before this one count too
         return finding
@@ -382,6 +525,7 @@ class Watcher:
             "frames": [self.cells.location(fr) for fr in f.frames],
             "count": f.count,
             "graph_hash": f.graph_hash,
+            "previous_graph_hash": f.previous_graph_hash,
         }
 
 

@@ -1,8 +1,10 @@
 """Which line of *user* code caused something.
 
-Library frames (torch, xlalab, the standard library's contextlib/functools) are
-skipped; walking ``sys._getframe`` costs a few microseconds, so it is only done when an
-event is published or IR debug is on, never on the plain hot path.
+Library frames are skipped: torch, xlalab, the standard library and every installed
+package (site-packages: transformers, numpy...), so that an op recorded deep inside a
+library model names the user's line that called into it. Walking ``sys._getframe`` costs
+a few microseconds, so it is only done when an event is published or IR debug is on,
+never on the plain hot path.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import sysconfig
 from typing import NamedTuple
 
 import torch
@@ -24,9 +27,18 @@ class Frame(NamedTuple):
         return f"{self.function}@{self.file}:{self.line}"
 
 
+def _installed_dirs() -> tuple[str, ...]:
+    """The standard library and site-packages directories, as spelled and as resolved."""
+    paths = sysconfig.get_paths()
+    dirs = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    dirs |= {p for p in sys.path if p.rstrip(os.sep).endswith(("site-packages", "dist-packages"))}
+    return tuple({d.rstrip(os.sep) + os.sep for p in dirs for d in (p, os.path.realpath(p))})
+
+
 _LIB_DIRS = (
     os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,  # xlalab itself
+    *_installed_dirs(),
 )
 _STDLIB_SKIP = ("contextlib.py", "functools.py", "<frozen ", "threading.py")
 # The machinery that runs a notebook cell sits below the cell's frame on every stack; matched
