@@ -248,13 +248,15 @@ def test_redact_env_by_name_and_by_value() -> None:
         "HOME": "/root",
         "PJRT_DEVICE": "CPU",
         "LONG_PATH": "/opt/very/long/path/with/digits/1234567890/abcdefghijk",
+        "MODEL": "TinyLlama/TinyLlama-1.1B-Chat-v1.0",  # a model id, not a token
+        "SHARD": "data/imagenet_train_shard_000123_of_01024",
     }
     red = debug_run.redact_env(env)
     for name in ("API_TOKEN", "AWS_SECRET_ACCESS_KEY", "db_password", "GH_AUTH", "INNOCENT", "OPAQUE"):
         assert red[name] == "<redacted>", name
     assert red["EMPTY_TOKEN"] == ""  # nothing to hide; that it is empty helps debugging
     assert red["DATABASE_URL"] == "postgres://me:<redacted>@db.example.com:5432/x"
-    for name in ("PATH", "HOME", "PJRT_DEVICE", "LONG_PATH"):
+    for name in ("PATH", "HOME", "PJRT_DEVICE", "LONG_PATH", "MODEL", "SHARD"):
         assert red[name] == env[name], name
 
 

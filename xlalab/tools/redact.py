@@ -12,7 +12,7 @@ A secret is found three ways:
   password in a URL (``scheme://user:PASSWORD@host``);
 - as a variable's or an argument's value only (not in free text, where graph hashes look the
   same): one word of 32 or more letters, digits and ``+/=_.-`` that mixes letters and digits and
-  is not a path or a file name.
+  is not a path, a file name or a model id (``org/model-name``).
 
 ``Scrubber`` then replaces every secret *value* found so (wherever it appears: a script that
 prints its token, a traceback that shows an argument) and every token-shaped string in any
@@ -76,6 +76,10 @@ def looks_like_token(value: str) -> bool:
     if not _OPAQUE.fullmatch(value) or value.startswith(("/", ".", "~")) or "//" in value:
         return False
     if _FILE_NAME.search(value) or os.path.exists(value):
+        return False
+    # Base64 uses "/", URL-safe tokens use "-" and "_": a word with "/" and one of "-_." is a
+    # relative path or a model id (TinyLlama/TinyLlama-1.1B-Chat-v1.0), not a token.
+    if "/" in value and any(c in value for c in "-_."):
         return False
     return any(c.isalpha() for c in value) and any(c.isdigit() for c in value)
 
