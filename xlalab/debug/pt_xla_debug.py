@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from xlalab.runtime import config, events, metrics
+from xlalab.runtime import config, debug_files, events, metrics
 from xlalab.runtime.frames import Frame
 
 from . import analysis_errors
@@ -318,12 +318,16 @@ def _blocks_on() -> bool:
 def _emit(text: str) -> None:
     """Write to PT_XLA_DEBUG_FILE (appended, as torch_xla does) or to stderr."""
     if _S.file:
-        if _S.handle is None or _S.handle_path != _S.file:
-            _close()
-            _S.handle = open(_S.file, "a", encoding="utf-8")  # kept open: one write per event
-            _S.handle_path = _S.file
-        _S.handle.write(text)
-        _S.handle.flush()
+        try:
+            if _S.handle is None or _S.handle_path != _S.file:
+                _close()
+                _S.handle = open(_S.file, "a", encoding="utf-8")  # kept open: one write per event
+                _S.handle_path = _S.file
+            _S.handle.write(text)
+            _S.handle.flush()
+        except OSError as e:
+            # The report is a side channel: an unwritable file warns once, the program goes on.
+            debug_files.warn_once("PT_XLA_DEBUG_FILE", _S.file, e)
     else:
         # Looked up each time: pytest's capsys and notebooks replace sys.stderr.
         sys.stderr.write(text)

@@ -33,7 +33,7 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 
-from xlalab.runtime import config, events
+from xlalab.runtime import config, debug_files, events
 from xlalab.runtime.frames import Frame
 from xlalab.runtime.graph import Graph
 
@@ -71,8 +71,7 @@ def _on_event(ev: events.Event) -> None:
     try:
         block = format_block(graph, ev.graph_hash, ev.frames, config.get("XLA_SAVE_TENSORS_FMT"))
         target = f"{path}.{_ordinal(graph)}"
-        with _lock, open(target, "a", encoding="utf-8") as f:
-            f.write(block)
+        debug_files.write("XLA_SAVE_TENSORS_FILE", target, block)
     except Exception as e:
         # A debugging side channel must not stop the program it watches: say so once per cause.
         msg = f"xlalab: XLA_SAVE_TENSORS_FILE could not save a graph: {type(e).__name__}: {e}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import backend, config, events, metrics
+from . import backend, config, debug_files, events, metrics
 from . import lowering as _lowering  # noqa: F401 - fills the lowering table
 from .device import install, manual_seed_all, xla_device
 from .graph import sync, wait_device_ops
@@ -46,8 +46,7 @@ def _write_metrics(target: str) -> None:
     if target == "1":
         sys.stdout.write(block)
     else:
-        with open(target, "a") as f:
-            f.write(block)
+        debug_files.write("XLA_METRICS_FILE", target, block)
 
 
 def devices() -> list[torch.device]:

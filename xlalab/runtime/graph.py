@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from . import backend, config, events, ir, metrics, promotion
+from . import backend, config, debug_files, events, ir, metrics, promotion
 from .dtypes import to_jnp
 from .frames import user_frames
 from .ir import Node
@@ -33,7 +33,17 @@ from .lowering.registry import LOWERINGS
 
 
 class LoweringError(RuntimeError):
-    """A node could not be lowered to XLA (a bug in a lowering, or bad arguments)."""
+    """A node could not be lowered to XLA (a bug in a lowering, or bad arguments).
+
+    ``node_index`` is the failing node's position in the graph's post-order, when known: the
+    sync then keeps every tensor that does not depend on that node computable.
+    """
+
+    node_index: int | None = None
+
+
+class FailedValueError(LoweringError):
+    """A tensor whose value could not be computed earlier was read, or used by a later op."""
 
 
 @dataclass
@@ -49,7 +59,11 @@ class Graph:
         return hash(self.key) & 0xFFFFFFFFFFFFFFFF
 
 
-def linearize(roots: Sequence[Node]) -> Graph:
+def linearize(roots: Sequence[Node], failed_ok: bool = False) -> Graph:
+    """The roots' graph in post-order, with its exact cache key.
+
+    A failed value (``ir.ERROR``) among the nodes raises ``FailedValueError`` unless ``failed_ok``.
+    """
     index: dict[int, int] = {}
     nodes: list[Node] = []
     key: list[Any] = []
@@ -70,6 +84,10 @@ def linearize(roots: Sequence[Node]) -> Graph:
             if not ready:
                 continue
             stack.pop()
+            if n.op is ir.ERROR and not failed_ok:
+                failed = FailedValueError(f"this tensor's value could not be computed: {n.value}")
+                failed.node_index = len(nodes)
+                raise failed from n.value
             index[id(n)] = len(nodes)
             nodes.append(n)
             key.append(n.sid)
@@ -303,7 +321,7 @@ def build_function(graph: Graph) -> Callable[[list[Any], Any], list[Any]]:
 
     def run(datas: list[Any], scalars: Any) -> list[Any]:
         env: list[Any] = []
-        for ins in instrs:
+        for i, ins in enumerate(instrs):
             kind = ins[0]
             if kind == "data":
                 env.append(datas[ins[1]])
@@ -312,8 +330,16 @@ def build_function(graph: Graph) -> Callable[[list[Any], Any], list[Any]]:
             else:
                 # A named scope per node: HLO op_name metadata (and profiles) show the aten op,
                 # and with XLA_HLO_DEBUG the user's file and line that created it.
-                with jax.named_scope(ins[9]):
-                    env.append(lower_node(ins, [env[i] for i in ins[6]]))
+                try:
+                    with jax.named_scope(ins[9]):
+                        env.append(lower_node(ins, [env[i] for i in ins[6]]))
+                except LoweringError as e:
+                    e.node_index = i
+                    raise
+                except Exception as e:
+                    failed = LoweringError(f"lowering {ins[1]} failed: {type(e).__name__}: {e}")
+                    failed.node_index = i
+                    raise failed from e
         return [env[i] for i in roots]
 
     return run
@@ -338,18 +364,27 @@ def _failure(graph: Graph, what: str, error: Exception, lowered: Any = None) -> 
             for i, n in enumerate(graph.nodes)
         )
     message = f"{what} graph {graph.hash:x} ({len(graph.nodes)} nodes): {type(error).__name__}: {error}"
+    index = getattr(error, "node_index", None)
+    if index is not None:
+        node = graph.nodes[index]
+        if node.frames:
+            message += f"\nThe failing op, {node.name}, was recorded at {node.frames[0]}."
+        else:
+            message += f"\nThe failing op is {node.name}; set XLA_IR_DEBUG=1 to record the line that made it."
     path = config.get("XLA_SAVE_HLO_FILE")
-    if path:
-        with open(path, "w") as f:
-            f.write(text)
+    if path and debug_files.write("XLA_SAVE_HLO_FILE", path, text, mode="w"):
         message += f"\nThe offending {'HLO' if lowered is not None else 'IR'} graph was saved to {path}."
+    elif path:
+        message += f"\nXLA_SAVE_HLO_FILE={path} could not be written."
     else:
         message += (
             "\nSet XLA_SAVE_HLO_FILE=path to save the offending graph, or XLA_DUMP_HLO_GRAPH=1 to print it."
         )
     if config.get("XLA_DUMP_HLO_GRAPH"):
         message += "\n" + text
-    return LoweringError(message)
+    failure = LoweringError(message)
+    failure.node_index = index
+    return failure
 
 
 def publish_compile(graph: Graph, prog: Any, device: str, reason: str, *, seconds: float = 0.0,
@@ -614,6 +649,40 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
     return list(outs)
 
 
+def execute_isolating(roots: Sequence[Node], reason: str) -> tuple[list[Any], dict[int, LoweringError]]:
+    """``execute``, keeping a failure where it happened: the roots that depend on the failing
+    node get the error (by position), every other root is computed all the same."""
+    arrays: list[Any] = [None] * len(roots)
+    errors: dict[int, LoweringError] = {}
+    remaining = list(range(len(roots)))
+    while remaining:
+        try:
+            outs = execute([roots[i] for i in remaining], reason)
+        except LoweringError as e:
+            failed = _depending_on_failure([roots[i] for i in remaining], e)
+            for k in failed:
+                errors[remaining[k]] = e
+            remaining = [r for k, r in enumerate(remaining) if k not in failed]
+            continue
+        for i, array in zip(remaining, outs):
+            arrays[i] = array
+        break
+    return arrays, errors
+
+
+def _depending_on_failure(roots: Sequence[Node], error: LoweringError) -> set[int]:
+    """Positions of the roots whose value needs the node that failed (all, when it is unknown)."""
+    graph = linearize(roots, failed_ok=True)
+    if error.node_index is None or error.node_index >= len(graph.nodes):
+        return set(range(len(roots)))
+    tainted = [False] * len(graph.nodes)
+    tainted[error.node_index] = True
+    position = {id(n): i for i, n in enumerate(graph.nodes)}
+    for i in range(error.node_index + 1, len(graph.nodes)):
+        tainted[i] = any(tainted[position[id(s)]] for s in graph.nodes[i].src)
+    return {k for k, r in enumerate(graph.roots) if tainted[r]}
+
+
 def sync(reason: str = "mark_step", device: int | None = None) -> None:
     """Materialize every live tensor with pending IR (a step barrier).
 
@@ -635,11 +704,19 @@ def sync(reason: str = "mark_step", device: int | None = None) -> None:
     by_device: dict[int, list[Any]] = {}
     for st in storages:
         by_device.setdefault(st.device, []).append(st)
+    first_error: LoweringError | None = None
     for dev, group in sorted(by_device.items()):
-        arrays = execute([st.node for st in group], reason)
-        for st, array in zip(group, arrays):
-            st.node = ir.data(array, st.node.shape, st.node.dtype, dev)
+        arrays, errors = execute_isolating([st.node for st in group], reason)
+        for i, (st, array) in enumerate(zip(group, arrays)):
+            if i in errors:
+                # Marked, not pending: reading it raises this error again, later syncs skip it.
+                st.node = ir.error(errors[i], st.node.shape, st.node.dtype, dev)
+                first_error = first_error or errors[i]
+            else:
+                st.node = ir.data(array, st.node.shape, st.node.dtype, dev)
     forget_pending(storages)
+    if first_error is not None:
+        raise first_error
     if not by_device and events.listening():
         # A barrier with nothing pending still marks a step for debuggers that count steps.
         events.publish(events.SyncEvent(reason=reason, num_tensors=0, frames=user_frames()))
@@ -704,10 +781,16 @@ def materialize_on_devices(
         group = [st for st in bases if st.device == dev]
         dev_idx = by_device[dev]
         roots = [st.node for st in group] + [nodes[i] for i in dev_idx]
-        arrays = execute(roots, reason)
-        for st, array in zip(group, arrays):
-            st.node = ir.data(array, st.node.shape, st.node.dtype, dev)
-        for i, array in zip(dev_idx, arrays[len(group) :]):
+        arrays, errors = execute_isolating(roots, reason)
+        for k, (st, array) in enumerate(zip(group, arrays)):
+            if k in errors:
+                st.node = ir.error(errors[k], st.node.shape, st.node.dtype, dev)
+            else:
+                st.node = ir.data(array, st.node.shape, st.node.dtype, dev)
+        for k, (i, array) in enumerate(zip(dev_idx, arrays[len(group) :])):
+            if k + len(group) in errors:
+                forget(bases)
+                raise errors[k + len(group)]
             results[i] = array
     forget(bases)
     return results

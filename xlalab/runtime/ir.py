@@ -27,6 +27,7 @@ Shape = tuple[int, ...]
 DATA = "xla::device_data"
 SCALAR = "xla::scalar"
 ITEM = "xla::getitem"  # output i of a multi-output node
+ERROR = "xla::error"  # a value whose computation failed: ``value`` holds the error
 
 
 class Slot:
@@ -191,6 +192,11 @@ class Node:
 
 def data(array: Any, shape: Shape, dtype: torch.dtype, device: int) -> Node:
     return Node(DATA, (), None, shape, dtype, device, value=array)
+
+
+def error(exc: BaseException, shape: Shape | None, dtype: torch.dtype | None, device: int) -> Node:
+    """The value of a tensor whose sync failed: reading it raises ``exc`` again."""
+    return Node(ERROR, (), None, shape, dtype, device, value=exc)
 
 
 _SCALAR_HASH = {

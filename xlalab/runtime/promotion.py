@@ -32,7 +32,7 @@ class Rule(NamedTuple):
 
     positions: tuple[int, ...]
     names: tuple[str, ...]  # the same arguments' aten names (for keyword calls)
-    kind: ELEMENTWISE_TYPE_PROMOTION_KIND
+    kind: ELEMENTWISE_TYPE_PROMOTION_KIND | None  # None: everything in the first operand's dtype
 
 
 # aten overloads whose reference goes by another name.
@@ -81,10 +81,26 @@ def _wrapper_of(ref: Any) -> tuple[elementwise_type_promotion_wrapper, inspect.S
     return None
 
 
+# Ops that convert a Scalar to their input's dtype without promoting (torch checks it fits, or
+# wraps it with a C cast): their value arguments, computed in the dtype of ``self``.
+_SELF_TYPED: dict[str, tuple[str, ...]] = {
+    "masked_fill": ("value",),
+    "index_fill": ("value",),
+    "fill": ("value",),
+}
+
+
 @functools.cache
 def rule(op: OpOverload) -> Rule | None:
     """The promotion rule of an aten overload, or None when torch has no elementwise reference."""
     namespace, _, name = op._schema.name.partition("::")
+    if namespace == "aten" and name in _SELF_TYPED:
+        args = [a for a in op._schema.arguments if not a.kwarg_only]
+        names = ("self", *_SELF_TYPED[name])
+        positions = tuple(i for i, a in enumerate(args) if a.name in names)
+        if len(positions) == len(names) and positions[0] == 0:
+            return Rule(positions, tuple(args[i].name for i in positions), None)
+        return None
     if namespace != "aten" or name.endswith("_") or not name:
         return None  # prims take operands already promoted; in-place ops record their functional twin
     name = _ALIASES.get(op, name)
@@ -123,6 +139,9 @@ def compute_dtype(rule_: Rule, operands: list[Any]) -> torch.dtype | None:
             args.append(a)
     if not args:
         return None
+    if rule_.kind is None:
+        first = args[0]
+        return first.dtype if isinstance(first, torch.Tensor) else None
     try:
         computation, _ = elementwise_dtypes(*args, type_promotion_kind=rule_.kind)
     except Exception:

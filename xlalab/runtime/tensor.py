@@ -180,14 +180,25 @@ class XlaTensor(torch.Tensor):
 
     # ---- the seeds: saving an xla tensor directly loads it back on the xla device it came from
     # (xm.save moves tensors to the CPU first, which is what files for other machines need).
+    # torch.load's default weights_only=True accepts torch's own rebuild functions only: torch's
+    # for devices without storage (torch_xla's tensors save the same way); a Parameter
+    # wraps the plain tensor. map_location applies (map_location="cpu" loads CPU tensors).
     def __reduce_ex__(self, protocol: Any) -> Any:  # type: ignore[override]
+        from collections import OrderedDict
+
+        if getattr(self, "_is_param", False):
+            with torch.no_grad():
+                plain = self.detach()
+            return (torch._utils._rebuild_parameter, (plain, self.requires_grad, OrderedDict()))
         host = to_cpu(self, "save")
-        is_param = bool(getattr(self, "_is_param", False))
-        return (_rebuild, (host, str(self.device), self.requires_grad, is_param))
+        return (
+            torch._utils._rebuild_device_tensor_from_cpu_tensor,
+            (host, self.dtype, str(self.device), self.requires_grad),
+        )
 
 
 def _rebuild(host: torch.Tensor, device: str, requires_grad: bool, is_param: bool) -> torch.Tensor:
-    """Unpickle an xla tensor: onto the device it was saved from (an error if that is missing)."""
+    """Unpickle an xla tensor saved by an earlier xlalab (``weights_only=False`` files)."""
     t = host.to(torch.device(device))
     if is_param:
         return torch.nn.Parameter(t, requires_grad=requires_grad)
@@ -395,12 +406,41 @@ def _meta_arg(a: Any) -> Any:
 
 
 def _compute_meta(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Output metadata from torch's own meta kernels: torch's shape and dtype rules."""
+    """Output metadata from torch's own meta kernels: torch's shape and dtype rules.
+
+    Empty operands are also tried on the CPU kernel (no data, so it costs nothing): some checks
+    live only there (``max(dim)`` over a zero-size dimension raises ``IndexError``). When it
+    raises, the op falls back to eager, which raises that error at the user's line.
+    """
     try:
         out = func(*[_meta_arg(a) for a in args], **{k: _meta_arg(v) for k, v in kwargs.items()})
+        if _has_empty(args) or _has_empty(kwargs.values()):
+            func(*[_empty_cpu_arg(a) for a in args], **{k: _empty_cpu_arg(v) for k, v in kwargs.items()})
     except Exception:
         return _NO_META
     return _describe(out)
+
+
+def _has_empty(args: Any) -> bool:
+    for a in args:
+        tp = type(a)
+        if (tp is XlaTensor or tp is Node) and 0 in a.shape:
+            return True
+        if (tp is list or tp is tuple) and _has_empty(a):
+            return True
+    return False
+
+
+def _empty_cpu_arg(a: Any) -> Any:
+    """The stand-in for an argument in a CPU call on empty operands (other tensors are zeros)."""
+    tp = type(a)
+    if tp is XlaTensor or tp is Node:
+        return torch.zeros(a.shape, dtype=a.dtype)
+    if tp is list or tp is tuple:
+        return type(a)(_empty_cpu_arg(x) for x in a)
+    if isinstance(a, torch.device) and a.type == "xla":
+        return torch.device("cpu")
+    return a
 
 
 def _describe(out: Any) -> Any:
@@ -687,6 +727,9 @@ def _copy_(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
         dst.copy_(to_cpu(src, "copy"))
         return dst
     metrics.count("xla::copy_")
+    if not isinstance(src, torch.Tensor):
+        # ``t.copy_(1.5)``: a Python number fills, as eager does (as a wrapped number).
+        src = torch.tensor(src)
     if not isinstance(src, XlaTensor):
         if not dst._chain and tuple(src.shape) == tuple(dst.shape):
             set_node(dst._st, to_device_node(src, dst._st.device, dst.dtype))
