@@ -96,10 +96,10 @@ def rule(op: OpOverload) -> Rule | None:
     namespace, _, name = op._schema.name.partition("::")
     if namespace == "aten" and name in _SELF_TYPED:
         args = [a for a in op._schema.arguments if not a.kwarg_only]
-        names = ("self", *_SELF_TYPED[name])
-        positions = tuple(i for i, a in enumerate(args) if a.name in names)
-        if len(positions) == len(names) and positions[0] == 0:
-            return Rule(positions, tuple(args[i].name for i in positions), None)
+        wanted = ("self", *_SELF_TYPED[name])
+        at = tuple(i for i, a in enumerate(args) if a.name in wanted)
+        if len(at) == len(wanted) and at[0] == 0:
+            return Rule(at, tuple(args[i].name for i in at), None)
         return None
     if namespace != "aten" or name.endswith("_") or not name:
         return None  # prims take operands already promoted; in-place ops record their functional twin
@@ -111,7 +111,8 @@ def rule(op: OpOverload) -> Rule | None:
     wrapper, signature = found
     ref_params = list(signature.parameters)
     schema_args = [a for a in op._schema.arguments if not a.kwarg_only]
-    positions, names = [], []
+    positions: list[int] = []
+    names: list[str] = []
     for ref_name in wrapper.type_promoting_arg_names or ():
         if ref_name not in ref_params:
             return None
