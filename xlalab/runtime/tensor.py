@@ -664,7 +664,7 @@ def _view_layout(func: OpOverload, base: XlaTensor, tpl: tuple[Any, ...]) -> Lay
         extent = offset + sum((n - 1) * st for n, st in zip(shape, strides) if n > 0) + 1
         meta = torch.empty(max(extent, 1), dtype=base.dtype, device="meta").as_strided(shape, strides, offset)
         out = func(meta, *tpl)
-        if not (out.is_contiguous() and out.storage_offset() == 0):
+        if out.stride() != torch.empty(out.shape, device="meta").stride() or out.storage_offset() != 0:
             layout = (tuple(out.stride()), out.storage_offset())
     except Exception:
         layout = None  # the shape rule already accepted the view: keep it contiguous
@@ -674,7 +674,7 @@ def _view_layout(func: OpOverload, base: XlaTensor, tpl: tuple[Any, ...]) -> Lay
 
 def _layout_of(t: torch.Tensor) -> tuple[tuple[int, ...], int] | None:
     """``t``'s strides and offset, when they are not plain contiguous ones (see ``wrap``)."""
-    if t.is_contiguous() and t.storage_offset() == 0:
+    if t.storage_offset() == 0 and t.stride() == torch.empty(t.shape, device="meta").stride():
         return None
     return tuple(t.stride()), int(t.storage_offset())
 

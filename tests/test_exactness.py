@@ -1,0 +1,267 @@
+"""Lazy results equal eager results, for the bug classes that once made them differ.
+
+- The compiled-graph cache is exact: graphs that differ in one argument (``-1``/``-2``,
+  ``True``/``1``/``1.0``, ``0.0``/``-0.0``) never share a program (property test below).
+- Elementwise ops compute in torch's computation dtype, not only return it.
+- Views report eager's strides, so ``contiguous()`` and ``reshape()`` copy where eager copies.
+- A failed sync stays where it happened; debug output files never stop the program.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import xlalab.core.xla_model as xm
+from xlalab.runtime import config, graph
+from xlalab.runtime.lowering.registry import LOWERINGS
+
+DEV = xm.xla_device()
+
+
+def same(eager: Any, lazy: Any) -> None:
+    """Value, dtype and shape equal (NaNs where eager has them)."""
+    if isinstance(eager, (tuple, list)):
+        assert len(eager) == len(lazy)
+        for e, x in zip(eager, lazy):
+            same(e, x)
+        return
+    lazy = lazy.cpu()
+    assert lazy.dtype == eager.dtype, (eager, lazy)
+    assert lazy.shape == eager.shape, (eager, lazy)
+    if eager.dtype.is_floating_point:
+        torch.testing.assert_close(lazy, eager, equal_nan=True, atol=1e-5, rtol=1e-4)
+        # signed zeros are part of the value
+        assert torch.equal(torch.signbit(lazy), torch.signbit(eager)), (eager, lazy)
+    else:
+        assert torch.equal(lazy, eager), (eager, lazy)
+
+
+def differential(fn: Callable[[Any], Any]) -> None:
+    same(fn("cpu"), fn(DEV))
+
+
+# --------------------------------------------------------------------------- the cache is exact
+
+ARGS = st.sampled_from([-2, -1, 0, 1, 2, True, False, 1.0, 0.0, -0.0, 2.5, -1.5])
+BASE = torch.tensor([[0.5, -1.0, 2.0], [3.0, -0.0, 4.0]])
+MASK = torch.tensor([[True, False, True], [False, False, True]])
+
+# Each op takes one argument that the first and second program differ in; None when the
+# argument does not suit the op (an int dim given a float).
+OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "sum_dim": lambda x, a: x.sum(a) if type(a) is int and -2 <= a < 2 else None,
+    "softmax_dim": lambda x, a: x.softmax(a) if type(a) is int and -2 <= a < 2 else None,
+    "clamp_min": lambda x, a: x.clamp(min=a) if not isinstance(a, bool) else None,
+    "full": lambda x, a: torch.full((2,), a, device=x.device),
+    "add_scalar": lambda x, a: x.to(torch.int32) + a,
+    "mul_scalar": lambda x, a: (x > 1) * a,
+    "masked_fill": lambda x, a: x.masked_fill(MASK.to(x.device), a),
+    "where": lambda x, a: torch.where(MASK.to(x.device), x, a),
+    "pow": lambda x, a: x.pow(a) if not isinstance(a, bool) else None,
+    "narrow": lambda x, a: x.narrow(1, a, 1) if type(a) is int and 0 <= a < 3 else None,
+    "cumsum": lambda x, a: x.cumsum(a) if type(a) is int and -2 <= a < 2 else None,
+    "eq_scalar": lambda x, a: x == a,
+    "div_scalar": lambda x, a: x.to(torch.int64) / a if a not in (0,) else None,
+}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+@given(op=st.sampled_from(sorted(OPS)), first=ARGS, second=ARGS)
+def test_graphs_differing_in_one_argument_never_share_a_program(op: str, first: Any, second: Any) -> None:
+    fn = OPS[op]
+    for a in (first, second):  # the second program runs after the first is cached
+        eager = fn(BASE, a)
+        if eager is None:
+            continue
+        lazy = fn(BASE.to(DEV), a)
+        xm.mark_step()
+        same(eager, lazy)
+
+
+# --------------------------------------------------------------------------- promotion before arithmetic
+
+U8 = torch.tensor([100, 200, 7], dtype=torch.uint8)
+
+
+@pytest.mark.parametrize(
+    "name,fn",
+    [
+        ("int64 full + uint8 computes in int64", lambda d: torch.full((3,), 200, device=d) + U8.to(d)),
+        ("0-d int64 // uint8", lambda d: torch.full((), -2, device=d) // U8.to(d)),
+        ("uint8 + 300 wraps like a C cast", lambda d: U8.to(d) + 300),
+        ("uint8 * -3", lambda d: U8.to(d) * -3),
+        ("bool / 0.0 is inf and nan", lambda d: torch.tensor([True, False], device=d) / 0.0),
+        ("bool mask * nan is nan", lambda d: torch.tensor([True, False], device=d) * float("nan")),
+        ("bf16 add rounds once", lambda d: torch.tensor([1.5, 2.25], dtype=torch.bfloat16, device=d) * 1.001
+         + torch.tensor([3.1, 3.3], dtype=torch.bfloat16, device=d)),  # fmt: skip
+        ("f16 lerp", lambda d: torch.lerp(torch.tensor([1.0, 1000.0], dtype=torch.float16, device=d),
+                                          torch.tensor([2.0, 1001.0], dtype=torch.float16, device=d), 0.3)),  # fmt: skip
+        ("int tensor + float scalar is float32", lambda d: torch.tensor([1, 2], device=d) + 0.5),
+        ("masked_fill of uint8 with -3", lambda d: torch.zeros(3, dtype=torch.uint8, device=d).masked_fill_(
+            torch.tensor([True, False, True], device=d), -3)),  # fmt: skip
+        ("fill_ of int with a float truncates", lambda d: torch.zeros(3, dtype=torch.int32, device=d).fill_(2.7)),
+        ("where with a negative int on uint8", lambda d: torch.where(torch.tensor([True, False, True], device=d),
+                                                                    U8.to(d), -1)),  # fmt: skip
+        ("clamp uint8 with a negative bound", lambda d: U8.to(d).clamp(min=-3)),
+        ("int32 + int64 0-d stays int32", lambda d: torch.tensor([7], dtype=torch.int32, device=d)
+         + torch.tensor(2**40, device=d)),  # fmt: skip
+        ("True vs 1 fills", lambda d: (torch.full((2,), True, device=d), torch.full((2,), 1, device=d))),
+        ("uint16 carried", lambda d: torch.tensor([1, 60000], dtype=torch.uint16, device=d).to(torch.int32)),
+    ],
+)
+def test_computes_in_torchs_dtype(name: str, fn: Callable[[Any], Any]) -> None:
+    differential(fn)
+
+
+# --------------------------------------------------------------------------- aliasing
+
+
+def test_contiguous_of_a_transposed_tensor_is_a_copy() -> None:
+    def run(d: Any) -> Any:
+        x = torch.arange(6.0).reshape(2, 3)
+        t = x.t().to(d) if d != "cpu" else x.t()
+        c = t.contiguous()
+        c.fill_(0)
+        return t, c
+
+    differential(run)
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda x: x.t(),
+        lambda x: x[:, 1:],
+        lambda x: x[::2],
+        lambda x: x.transpose(0, 1)[1:],
+        lambda x: x.unsqueeze(0).expand(2, 2, 3),
+        lambda x: x.permute(1, 0).unsqueeze(2),
+    ],
+)
+def test_contiguous_and_reshape_alias_exactly_when_eager_does(view: Callable[[Any], Any]) -> None:
+    def run(d: Any) -> Any:
+        x = torch.arange(6.0).reshape(2, 3).to(d)
+        v = view(x)
+        c = v.contiguous()
+        r = v.reshape(-1)
+        c.add_(100)  # seen by x only if contiguous() aliased
+        r.add_(1000)  # seen by x only if reshape() aliased
+        return x, v.is_contiguous() and torch.tensor(1) or torch.tensor(0), torch.tensor(list(v.stride()))
+
+    eager = run("cpu")
+    lazy = run(DEV)
+    same(eager[0], lazy[0])
+    assert eager[1].item() == lazy[1].item()
+    assert torch.equal(eager[2], lazy[2])
+
+
+def test_copy_from_a_python_number_fills() -> None:
+    differential(lambda d: torch.zeros(2, device=d).copy_(1.5))
+    differential(lambda d: torch.zeros(2, 3, dtype=torch.int32, device=d).t().copy_(2.7))
+
+
+# --------------------------------------------------------------------------- errors where eager raises
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda d: torch.zeros(2, 0, device=d).max(dim=1),
+        lambda d: torch.zeros(2, 0, device=d).argmax(dim=1),
+    ],
+)
+def test_eager_errors_rise_at_the_op(fn: Callable[[Any], Any]) -> None:
+    with pytest.raises(Exception) as eager:
+        fn("cpu")
+    with pytest.raises(type(eager.value)):
+        fn(DEV)  # at the call, not at a later sync
+
+
+# --------------------------------------------------------------------------- a failure stays where it happened
+
+
+@pytest.fixture
+def failing_sinh() -> Any:
+    op = torch.ops.aten.sinh.default
+    original = LOWERINGS[op]
+
+    def broken(x: Any) -> Any:
+        raise ValueError("boom")
+
+    LOWERINGS[op] = broken
+    yield
+    LOWERINGS[op] = original
+
+
+def test_a_failed_sync_leaves_other_tensors_computable(failing_sinh: Any) -> None:
+    a = torch.ones(3, device=DEV)
+    fine = a * 2
+    broken = a.sinh()
+    child = broken + 1
+    with pytest.raises(graph.LoweringError, match=r"aten::sinh"):
+        xm.mark_step()
+    assert fine.cpu().tolist() == [2.0, 2.0, 2.0]  # computed in the same barrier
+    later = a + 5
+    xm.mark_step()  # no gc.collect() needed: the failed tensors are no longer pending
+    assert later.cpu().tolist() == [6.0, 6.0, 6.0]
+    for t in (child, broken, broken * 3):
+        with pytest.raises(graph.LoweringError, match="boom"):
+            t.cpu()
+
+
+def test_a_failed_read_leaves_other_tensors_computable(failing_sinh: Any) -> None:
+    a = torch.ones(3, device=DEV)
+    broken = a.sinh()
+    with pytest.raises(graph.LoweringError, match="boom"):
+        broken.cpu()
+    assert (a + 1).cpu().tolist() == [2.0, 2.0, 2.0]
+    xm.mark_step()
+
+
+# --------------------------------------------------------------------------- debug outputs never break the program
+
+
+@pytest.mark.parametrize("setting", ["XLA_METRICS_FILE", "XLA_SAVE_TENSORS_FILE", "PT_XLA_DEBUG_FILE"])
+def test_an_unwritable_debug_file_warns_once_and_the_program_goes_on(setting: str, tmp_path: Any) -> None:
+    import xlalab.debug  # noqa: F401 - installs the debug outputs
+
+    path = str(tmp_path / "missing-folder" / "out.txt")
+    before = {name: config.get(name) for name in (setting, "PT_XLA_DEBUG")}
+    config.set(setting, path)
+    if setting == "PT_XLA_DEBUG_FILE":
+        config.set("PT_XLA_DEBUG", True)
+    try:
+        a = torch.ones(3, device=DEV)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for i in range(3):
+                a = a * 2 + i
+                xm.mark_step()
+        assert a.cpu().tolist() == [12.0, 12.0, 12.0]
+        mine = [w for w in caught if setting in str(w.message)]
+        assert len(mine) == 1, [str(w.message) for w in caught]
+        assert path in str(mine[0].message) and "No such file or directory" in str(mine[0].message)
+    finally:
+        for name, value in before.items():
+            config.set(name, value)
+
+
+def test_an_unwritable_hlo_file_keeps_the_original_error(failing_sinh: Any, tmp_path: Any) -> None:
+    path = str(tmp_path / "missing-folder" / "graph.hlo")
+    before = config.get("XLA_SAVE_HLO_FILE")
+    config.set("XLA_SAVE_HLO_FILE", path)
+    try:
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            with pytest.raises(graph.LoweringError, match="boom"):
+                torch.ones(2, device=DEV).sinh().cpu()
+    finally:
+        config.set("XLA_SAVE_HLO_FILE", before)
