@@ -265,3 +265,45 @@ def test_an_unwritable_hlo_file_keeps_the_original_error(failing_sinh: Any, tmp_
                 torch.ones(2, device=DEV).sinh().cpu()
     finally:
         config.set("XLA_SAVE_HLO_FILE", before)
+
+
+# --------------------------------------------------------------------------- indices out of range
+
+INDEXING: dict[str, Callable[[Any, Any], Any]] = {
+    "x[idx]": lambda x, i: x[i],
+    "index_select": lambda x, i: x.index_select(0, i),
+    "gather": lambda x, i: x.gather(0, i),
+    "embedding": lambda x, i: torch.nn.functional.embedding(i, x.reshape(5, 1)),
+    "index_put_": lambda x, i: x.clone().index_put_((i,), torch.tensor(1.0, device=x.device)),
+    "scatter_add": lambda x, i: x.scatter_add(0, i, torch.ones(1, device=x.device)),
+    "take": lambda x, i: x.take(i),
+}
+
+
+@pytest.fixture
+def checked_indices() -> Any:
+    config.set("XLALAB_CHECK_INDICES", True)
+    yield
+    config.set("XLALAB_CHECK_INDICES", False)
+
+
+@pytest.mark.parametrize("op", sorted(INDEXING))
+def test_checked_indices_raise_where_eager_raises(op: str, checked_indices: Any) -> None:
+    fn = INDEXING[op]
+    x = torch.arange(5.0)
+    with pytest.raises((IndexError, RuntimeError)):
+        fn(x, torch.tensor([7]))
+    with pytest.raises(IndexError, match=r"out of range for a dimension of size 5 \(made at .*test_exactness"):
+        fn(x.to(DEV), torch.tensor([7], device=DEV)).cpu()
+    # in range (negative where eager allows it): same values, and nothing left pending raises later
+    good = torch.tensor([4] if op in ("gather", "index_select", "embedding", "scatter_add") else [-1])
+    same(fn(x, good), fn(x.to(DEV), good.to(DEV)))
+    xm.mark_step()
+
+
+def test_unchecked_indices_are_clamped_by_xla_and_the_docs_say_so() -> None:
+    assert not config.get("XLALAB_CHECK_INDICES")
+    x = torch.arange(5.0, device=DEV)
+    assert x[torch.tensor([10], device=DEV)].cpu().tolist() == [4.0]  # XLA's clamp, no error
+    doc = (__import__("pathlib").Path(__file__).parent.parent / "docs" / "env-vars.md").read_text()
+    assert "XLALAB_CHECK_INDICES" in doc and "clamps" in doc

@@ -101,6 +101,14 @@ declare(
 )
 declare("XLA_SYNC_WAIT", bool, False, "Block at every sync until the device has finished executing.")
 declare(
+    "XLALAB_CHECK_INDICES",
+    bool,
+    False,
+    "Check indices of indexing ops (x[idx], index_select, gather, embedding, scatter, index_put...) on "
+    "the device: an index out of range raises IndexError at the sync, naming the op and the line that "
+    "made it. Off, XLA clamps such indices (or fills with NaN) silently, where eager PyTorch raises.",
+)
+declare(
     "XLA_NUM_DEVICES",
     int,
     0,

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from . import backend, config, debug_files, events, ir, metrics, promotion
+from . import backend, config, debug_files, events, index_checks, ir, metrics, promotion
 from .dtypes import to_jnp
 from .frames import user_frames
 from .ir import Node
@@ -289,6 +289,7 @@ def _checked(op: Any, res: Any, shape: Any, dtype: torch.dtype) -> Any:
 
 # Nodes that are not aten ops: registered here, beside the graph machinery that makes them.
 SPECIAL_LOWERINGS: dict[Any, Callable[[list[Any], Any, Any, Any], Any]] = {}
+SPECIAL_LOWERINGS[index_checks.CHECK] = index_checks.lower
 # Collective ops (registered by xlalab.runtime.replicated): op -> how many replicas a node spans.
 COLLECTIVES: dict[Any, Callable[[Node], int]] = {}
 
@@ -599,6 +600,9 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
                 )
             )
         return outs
+    checks = index_checks.take(roots[0].device) if index_checks.enabled[0] and roots else []
+    if checks:
+        roots = [*roots, *[c.node for c in checks]]
     graph = linearize(roots)
     device = graph.key[-1]
     datas, scalars = _inputs(graph, device)
@@ -611,7 +615,7 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
         vlog(
             "xla_graph_executor",
             3,
-            "Compiling IR graph hash %d on device xla:%d (%d nodes)",
+            "Compiling IR graph hash %x on device xla:%d (%d nodes)",
             graph.hash,
             device,
             len(graph.nodes),
@@ -629,7 +633,7 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
     dt = time.perf_counter_ns() - t0
     metrics.record("ExecuteTime", dt)
     metrics.count("ExecuteComputation")
-    vlog("tensor", 5, "Executing IR graph hash %d on device xla:%d done!", prog.graph_hash, device)
+    vlog("tensor", 5, "Executing IR graph hash %x on device xla:%d done!", prog.graph_hash, device)
     if events.listening():
         events.publish(
             events.ExecuteEvent(
@@ -646,6 +650,9 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
                 frames=user_frames(),
             )
         )
+    if checks:
+        index_checks.raise_if_out_of_range(checks, list(outs[-len(checks) :]))
+        outs = outs[: -len(checks)]
     return list(outs)
 
 

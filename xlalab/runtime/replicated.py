@@ -215,7 +215,9 @@ graph.SPECIAL_LOWERINGS[COLLECTIVE] = _lower_collective
 graph.COLLECTIVES[COLLECTIVE] = lambda n: int(n.arg[2])
 
 
-def collective_node(kind: str, node: Node, params: tuple[Any, ...], world: int, shape: tuple[int, ...]) -> Node:
+def collective_node(
+    kind: str, node: Node, params: tuple[Any, ...], world: int, shape: tuple[int, ...]
+) -> Node:
     """One ``xla::collective`` node: ``kind`` (all_gather, reduce_scatter, all_to_all or
     collective_permute) of ``node`` across ``world`` replicas, giving ``shape`` on each."""
     if kind not in COLLECTIVE_KINDS:

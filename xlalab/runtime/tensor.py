@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch._ops import OpOverload
 
-from . import backend, config, events, ir, metrics
+from . import backend, config, events, index_checks, ir, metrics
 from .frames import ir_frames, user_frames
 from .ir import Node, slot
 from .lowering.registry import LOWERINGS, STATIC_ARGS
@@ -577,6 +577,8 @@ def _lowered(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     node = record(func, args, kwargs)
     if node is None:
         return fallback(func, args, kwargs)
+    if index_checks.enabled[0]:
+        index_checks.note(func, args, kwargs)
     return wrap_result(node)
 
 
@@ -586,6 +588,8 @@ def _inplace(functional: OpOverload) -> Handler:
         node = record(functional, args, kwargs)
         if node is None or node.outs is not None:
             return fallback(func, args, kwargs)
+        if index_checks.enabled[0]:
+            index_checks.note(functional, args, kwargs)
         _check_inplace(func, self, node)
         metrics.count(info(func).counter)
         assign(self, node)

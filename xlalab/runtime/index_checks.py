@@ -1,0 +1,106 @@
+"""XLALAB_CHECK_INDICES: out-of-range indices raise, as in eager, instead of being clamped.
+
+XLA has no errors at run time: a gather clamps an index that is out of range (a JAX gather
+may fill with NaN instead), where eager PyTorch raises ``IndexError``. In checked mode each
+indexing op also records a small node, "is any index of this op out of range", and the next
+sync computes these flags with the graph. A raised flag becomes an ``IndexError`` that names
+the op, the size of the dimension and the user's line. The flags cost one small extra output
+and a read per sync, so the mode is off by default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from . import config, ir
+from .frames import user_frames
+
+aten = torch.ops.aten
+CHECK = "xla::index_check"
+
+
+@dataclass
+class Check:
+    node: ir.Node  # bool, (): some index out of range
+    op: str
+    size: int
+    where: str
+
+
+_pending: list[Check] = []
+enabled: list[bool] = [False]
+config.watch("XLALAB_CHECK_INDICES", lambda on: enabled.__setitem__(0, bool(on)))
+
+
+def _dim(args: tuple[Any, ...], i: int) -> int:
+    return int(args[i]) if len(args) > i else 0
+
+
+def _indexed(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[Any, int, bool]]:
+    """(index tensor, size of the dimension it indexes, negatives allowed) for an indexing call."""
+    self = args[0]
+    if func in (aten.index.Tensor, aten._unsafe_index.Tensor, aten.index_put.default,
+                aten._index_put_impl.default, aten._unsafe_index_put.default):  # fmt: skip
+        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+        return [(ix, self.shape[k], True) for k, ix in enumerate(indices) if ix is not None]
+    if func is aten.embedding.default:
+        return [(args[1], self.shape[0], False)]
+    if func is aten.take.default:
+        return [(args[1], self.numel(), True)]
+    if func in (aten.index_select.default, aten.gather.default, aten.index_add.default,
+                aten.index_copy.default, aten.index_fill.int_Scalar, aten.index_fill.int_Tensor):  # fmt: skip
+        dim = _dim(args, 1) % max(self.dim(), 1)
+        size = self.shape[dim] if self.dim() else 1
+        return [(args[2], size, func is aten.index_fill.int_Scalar or func is aten.index_fill.int_Tensor)]
+    if func in (aten.scatter.src, aten.scatter.value, aten.scatter_add.default,
+                aten.scatter_reduce.two, aten.scatter.reduce, aten.scatter.value_reduce):  # fmt: skip
+        dim = _dim(args, 1) % max(self.dim(), 1)
+        return [(args[2], self.shape[dim] if self.dim() else 1, False)]
+    return []
+
+
+def note(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Record the range checks of one indexing op (checked mode only)."""
+    from .tensor import XlaTensor, value
+
+    checks = _indexed(func, args, kwargs)
+    if not checks:
+        return
+    frames = user_frames()
+    where = f"{frames[0].file}:{frames[0].line}" if frames else "an unknown line"
+    for index, size, negative_ok in checks:
+        if not isinstance(index, XlaTensor) or index.dtype.is_floating_point or index.dtype is torch.bool:
+            continue
+        src = value(index)
+        lo = -size if negative_ok else 0
+        node = ir.Node(CHECK, (src,), (lo, size), (), torch.bool, src.device)
+        _pending.append(Check(node, func._schema.name, size, where))
+
+
+def take(device: int) -> list[Check]:
+    """The pending checks of ``device``, removed from the pending list."""
+    mine = [c for c in _pending if c.node.device == device]
+    if mine:
+        _pending[:] = [c for c in _pending if c.node.device != device]
+    return mine
+
+
+def raise_if_out_of_range(checks: list[Check], flags: list[Any]) -> None:
+    for check, flag in zip(checks, flags):
+        if bool(np.asarray(flag)):
+            raise IndexError(
+                f"{check.op}: an index is out of range for a dimension of size {check.size} "
+                f"(made at {check.where}). Eager PyTorch raises here; XLA would have clamped it "
+                "(XLALAB_CHECK_INDICES is on)."
+            )
+
+
+def lower(vals: list[Any], arg: Any, shape: Any, dtype: Any) -> Any:
+    lo, hi = arg
+    index = vals[0]
+    return jnp.any((index < lo) | (index >= hi))
