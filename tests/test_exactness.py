@@ -101,18 +101,20 @@ U8 = torch.tensor([100, 200, 7], dtype=torch.uint8)
         ("bool / 0.0 is inf and nan", lambda d: torch.tensor([True, False], device=d) / 0.0),
         ("bool mask * nan is nan", lambda d: torch.tensor([True, False], device=d) * float("nan")),
         ("bf16 add rounds once", lambda d: torch.tensor([1.5, 2.25], dtype=torch.bfloat16, device=d) * 1.001
-         + torch.tensor([3.1, 3.3], dtype=torch.bfloat16, device=d)),  # fmt: skip
-        ("f16 lerp", lambda d: torch.lerp(torch.tensor([1.0, 1000.0], dtype=torch.float16, device=d),
-                                          torch.tensor([2.0, 1001.0], dtype=torch.float16, device=d), 0.3)),  # fmt: skip
+         + torch.tensor([3.1, 3.3], dtype=torch.bfloat16, device=d)),
+        ("f16 lerp",
+         lambda d: torch.lerp(torch.tensor([1.0, 1000.0], dtype=torch.float16, device=d),
+                              torch.tensor([2.0, 1001.0], dtype=torch.float16, device=d), 0.3)),
         ("int tensor + float scalar is float32", lambda d: torch.tensor([1, 2], device=d) + 0.5),
         ("masked_fill of uint8 with -3", lambda d: torch.zeros(3, dtype=torch.uint8, device=d).masked_fill_(
-            torch.tensor([True, False, True], device=d), -3)),  # fmt: skip
-        ("fill_ of int with a float truncates", lambda d: torch.zeros(3, dtype=torch.int32, device=d).fill_(2.7)),
-        ("where with a negative int on uint8", lambda d: torch.where(torch.tensor([True, False, True], device=d),
-                                                                    U8.to(d), -1)),  # fmt: skip
+            torch.tensor([True, False, True], device=d), -3)),
+        ("fill_ of int with a float truncates",
+         lambda d: torch.zeros(3, dtype=torch.int32, device=d).fill_(2.7)),
+        ("where with a negative int on uint8",
+         lambda d: torch.where(torch.tensor([True, False, True], device=d), U8.to(d), -1)),
         ("clamp uint8 with a negative bound", lambda d: U8.to(d).clamp(min=-3)),
         ("int32 + int64 0-d stays int32", lambda d: torch.tensor([7], dtype=torch.int32, device=d)
-         + torch.tensor(2**40, device=d)),  # fmt: skip
+         + torch.tensor(2**40, device=d)),
         ("True vs 1 fills", lambda d: (torch.full((2,), True, device=d), torch.full((2,), 1, device=d))),
         ("uint16 carried", lambda d: torch.tensor([1, 60000], dtype=torch.uint16, device=d).to(torch.int32)),
     ],
@@ -154,7 +156,7 @@ def test_contiguous_and_reshape_alias_exactly_when_eager_does(view: Callable[[An
         r = v.reshape(-1)
         c.add_(100)  # seen by x only if contiguous() aliased
         r.add_(1000)  # seen by x only if reshape() aliased
-        return x, v.is_contiguous() and torch.tensor(1) or torch.tensor(0), torch.tensor(list(v.stride()))
+        return x, torch.tensor(int(v.is_contiguous())), torch.tensor(list(v.stride()))
 
     eager = run("cpu")
     lazy = run(DEV)
@@ -185,7 +187,7 @@ def test_eager_errors_rise_at_the_op(fn: Callable[[Any], Any]) -> None:
         fn(DEV)  # at the call, not at a later sync
 
 
-# --------------------------------------------------------------------------- a failure stays where it happened
+# ------------------------------------------------------------------ a failure stays where it happened
 
 
 @pytest.fixture
@@ -226,7 +228,7 @@ def test_a_failed_read_leaves_other_tensors_computable(failing_sinh: Any) -> Non
     xm.mark_step()
 
 
-# --------------------------------------------------------------------------- debug outputs never break the program
+# ------------------------------------------------------------------ debug outputs never break the program
 
 
 @pytest.mark.parametrize("setting", ["XLA_METRICS_FILE", "XLA_SAVE_TENSORS_FILE", "PT_XLA_DEBUG_FILE"])
@@ -293,7 +295,8 @@ def test_checked_indices_raise_where_eager_raises(op: str, checked_indices: Any)
     x = torch.arange(5.0)
     with pytest.raises((IndexError, RuntimeError)):
         fn(x, torch.tensor([7]))
-    with pytest.raises(IndexError, match=r"out of range for a dimension of size 5 \(made at .*test_exactness"):
+    message = r"out of range for a dimension of size 5 \(made at .*test_exactness"
+    with pytest.raises(IndexError, match=message):
         fn(x.to(DEV), torch.tensor([7], device=DEV)).cpu()
     # in range (negative where eager allows it): same values, and nothing left pending raises later
     good = torch.tensor([4] if op in ("gather", "index_select", "embedding", "scatter_add") else [-1])
