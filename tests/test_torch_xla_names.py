@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -279,20 +280,25 @@ def test_xlac_graph_dumps_resolve_at_call_time(names: None) -> None:
         torch_xla._XLAC._xla_not_a_thing  # noqa: B018
 
 
-def test_data_parallel_is_xlalabs_or_says_it_is_not_built_yet(names: None) -> None:
+def test_module_names_are_xlalabs_modules_at_the_same_place(names: None) -> None:
+    import torch_xla.amp
+    import torch_xla.amp.syncfree
+    import torch_xla.debug.profiler
     import torch_xla.distributed.data_parallel as dp
+    import torch_xla.experimental
+    import torch_xla.utils.serialization
+    import torch_xla.utils.utils
     import torch_xla_py.data_parallel as old_dp
 
-    import xlalab.core.data_parallel_placeholder as placeholder
+    import xlalab.distributed.data_parallel
 
-    assert dp is old_dp
-    if importlib.util.find_spec("xlalab.distributed.data_parallel") is not None:
-        assert dp is importlib.import_module("xlalab.distributed.data_parallel")  # issue 6's
-    else:
-        assert dp is placeholder
-    with pytest.raises(NotImplementedError, match="issue 6"):
-        placeholder.DataParallel(torch.nn.Linear, device_ids=xm.get_xla_supported_devices())
-    assert not hasattr(placeholder, "ParallelLoader")
+    assert dp is old_dp is xlalab.distributed.data_parallel
+    same_place = ("amp", "amp.syncfree", "debug.profiler", "experimental", "utils.serialization")
+    for name in same_place:
+        assert sys.modules[f"torch_xla.{name}"] is importlib.import_module(f"xlalab.{name}")
+    import torch_xla
+
+    assert importlib.metadata.version("torch_xla") == torch_xla.__version__
 
 
 def test_unknown_torch_xla_module_is_not_found(names: None) -> None:

@@ -18,16 +18,20 @@ asks for it, and a module reached under both names is one object
 torch_xla name                         xlalab module
 =====================================  ====================================================
 ``torch_xla``                          a package with :mod:`xlalab.core.torch_xla_api`'s
-                                       ``device``, ``devices``, ``device_count``, ``sync``
+                                       ``device``, ``devices``, ``sync``, ``compile``, ...
 ``torch_xla._XLAC``                    :mod:`xlalab.core.xlac`
-``torch_xla.core[.xla_model]``         :mod:`xlalab.core` [``.xla_model``]
-``torch_xla.debug[.metrics]``          :mod:`xlalab.debug` [``.metrics``]
 ``torch_xla.runtime``                  :mod:`xlalab.core.xr`
-``torch_xla.{core,debug,distributed}.X``  ``xlalab.{core,debug,distributed}.X`` where it exists
-``torch_xla_py.xla_model``             :mod:`xlalab.core.xla_model`
-``torch_xla_py.data_parallel``,        ``xlalab.distributed.data_parallel`` once issue 6
-``torch_xla.distributed.data_parallel``  builds it; until then a placeholder that refuses
+``torch_xla.{core,debug,utils,amp,     ``xlalab.{core,debug,utils,amp,experimental}``
+experimental}[.X]``                    [``.X``], wherever xlalab has that module
+``torch_xla.distributed.X``            ``xlalab.distributed.X`` where it exists
+``torch_xla_py.xla_model``,            :mod:`xlalab.core.xla_model`,
+``torch_xla_py.data_parallel``         :mod:`xlalab.distributed.data_parallel`
 =====================================  ====================================================
+
+With ``XLALAB_TORCH_XLA=1`` in the environment an installed xlalab serves these names to any
+Python process, without ``import xlalab`` first: the ``xlalab_torch_xla.pth`` line the wheel
+puts in site-packages (see ``xlalab/_hook``). While the names are installed,
+``importlib.metadata.version("torch_xla")`` answers with ``torch_xla.__version__``.
 
 The aliases never shadow the real torch_xla: if it is importable, the call raises
 :class:`TorchXlaInstalledError` and installs nothing. Note that libraries which probe for
@@ -43,10 +47,12 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.metadata
 import importlib.util
 import os
 import sys
 from types import ModuleType
+from typing import Any
 
 from .core import weight_tying
 
@@ -58,18 +64,14 @@ _TOPS = ("torch_xla", "torch_xla_py")
 # Names that are one xlalab module each.
 _ALIASES = {
     "torch_xla._XLAC": "xlalab.core.xlac",
-    "torch_xla.core": "xlalab.core",
-    "torch_xla.core.xla_model": "xlalab.core.xla_model",
-    "torch_xla.debug": "xlalab.debug",
-    "torch_xla.debug.metrics": "xlalab.debug.metrics",
     "torch_xla.runtime": "xlalab.core.xr",
     "torch_xla_py.xla_model": "xlalab.core.xla_model",
+    "torch_xla_py.data_parallel": "xlalab.distributed.data_parallel",
 }
 # Packages with no single xlalab counterpart: fresh modules, filled in by _fill.
 _PACKAGES = ("torch_xla", "torch_xla_py", "torch_xla.distributed")
-_DATA_PARALLEL = ("torch_xla_py.data_parallel", "torch_xla.distributed.data_parallel")
-# torch_xla.<pkg>.<rest> is xlalab.<pkg>.<rest> when xlalab has it.
-_MIRRORED = ("core", "debug", "distributed")
+# torch_xla.<pkg>[.<rest>] is xlalab.<pkg>[.<rest>] when xlalab has it.
+_MIRRORED = ("core", "debug", "distributed", "utils", "amp", "experimental")
 
 
 class TorchXlaInstalledError(ImportError, RuntimeError):
@@ -87,11 +89,8 @@ def _target(fullname: str) -> str | None:
     """The xlalab module a torch_xla name stands for, or None."""
     if fullname in _ALIASES:
         return _ALIASES[fullname]
-    if fullname in _DATA_PARALLEL:
-        real = "xlalab.distributed.data_parallel"
-        return real if _exists(real) else "xlalab.core.data_parallel_placeholder"
     parts = fullname.split(".")
-    if len(parts) >= 3 and parts[0] == "torch_xla" and parts[1] in _MIRRORED:
+    if len(parts) >= 2 and parts[0] == "torch_xla" and parts[1] in _MIRRORED:
         candidate = "xlalab." + ".".join(parts[1:])
         if _exists(candidate):
             return candidate
@@ -118,6 +117,12 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return None  # the default module; exec_module fills it or swaps it out
 
+    def find_distributions(self, context: Any = None) -> list[importlib.metadata.Distribution]:
+        """``importlib.metadata``'s view: a ``torch_xla`` distribution, when asked for by name."""
+        if getattr(context, "name", None) not in ("torch_xla", "torch-xla"):
+            return []  # never in a listing of everything installed (pip list stays truthful)
+        return [_TorchXlaDistribution()]
+
     def exec_module(self, module: ModuleType) -> None:
         name = module.__name__
         self.loaded.add(name)
@@ -140,12 +145,31 @@ def _fill(module: ModuleType) -> None:
     for attr in torch_xla_api.__all__:
         setattr(module, attr, getattr(torch_xla_api, attr))
     module.__doc__ = "torch_xla's names over xlalab (installed by xlalab.use_torch_xla_names())."
-    xlalab = sys.modules.get("xlalab")
-    module.__version__ = f"{getattr(xlalab, '__version__', '0')}+xlalab"  # type: ignore[attr-defined]
+    module.__version__ = _version()  # type: ignore[attr-defined]
     # ``import torch_xla`` alone gives torch_xla.core.xla_model, .debug.metrics, .runtime and
     # ._XLAC as attributes, as the real package does: scripts rely on that.
     for sub in ("_XLAC", "core.xla_model", "debug.metrics", "runtime"):
         importlib.import_module(f"torch_xla.{sub}")
+
+
+class _TorchXlaDistribution(importlib.metadata.Distribution):
+    """Metadata for the aliased ``torch_xla``: its name and xlalab's version (``+xlalab``)."""
+
+    def read_text(self, filename: str) -> str | None:
+        if filename == "METADATA":
+            return f"Metadata-Version: 2.1\nName: torch_xla\nVersion: {_version()}\n"
+        return None
+
+    def locate_file(self, path: Any) -> Any:
+        import pathlib
+
+        return pathlib.Path(__file__).parent / str(path)
+
+
+def _version() -> str:
+    from . import __version__
+
+    return f"{__version__}+xlalab"
 
 
 _FINDER = _Finder()

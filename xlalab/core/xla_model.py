@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Any
 
 import torch
 
 from ..runtime import backend
+from ..runtime import graph as _graph
 from ..runtime import mark_step as _mark_step
 from ..runtime import replicated as _replicated
 from ..runtime import wait_device_ops as _wait
 from ..runtime.device import xla_device as _xla_device
 from ..runtime.tensor import XlaTensor, to_cpu_many
+from ..utils import closures as _closures
 
 
 def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device:
@@ -54,9 +57,14 @@ def xla_real_devices(devices: list[Any]) -> list[str]:
     return [f"{backend.hw_name()}:{torch.device(d).index or 0}" for d in devices]
 
 
-def mark_step(wait: bool = False) -> None:
-    """The step barrier: everything pending is compiled (once) and executed."""
+def mark_step(wait: bool = False, reset_scope: bool = True) -> None:
+    """The step barrier: everything pending is compiled (once) and executed; then the step
+    closures queued by :func:`add_step_closure` run, in order."""
     _mark_step(wait)
+    profiler = sys.modules.get("xlalab.debug.profiler")
+    if profiler is not None:
+        profiler.set_tracer_marked_step(True)  # a StepTrace around this step needs no barrier of its own
+    _closures.run_step_closures()
 
 
 def wait_device_ops(devices: list[Any] | None = None) -> None:
@@ -80,7 +88,7 @@ def optimizer_step(
     reduce_gradients(optimizer, groups=groups, pin_layout=pin_layout)
     loss = optimizer.step(**(optimizer_args or {}))
     if barrier:
-        _mark_step()
+        mark_step()
     return loss
 
 
@@ -334,3 +342,458 @@ def send_cpu_data_to_device(data: Any, device: Any) -> Any:
         return x
 
     return move(data)
+
+
+# --------------------------------------------------------------------------- more collectives
+
+
+def _world_and_check(what: str, groups: list[list[int]] | None) -> int:
+    replica = _replicated.current()
+    world = replica.world_size if replica is not None else 1
+    if groups and not (len(groups) == 1 and sorted(groups[0]) == list(range(world))):
+        raise NotImplementedError(
+            f"{what}(groups={groups}): xlalab's collectives span all {world} replicas; sub-groups "
+            "of replicas are not supported (leave groups=None)."
+        )
+    return world
+
+
+def _collective(
+    kind: str, x: torch.Tensor, params: tuple[Any, ...], world: int, shape: tuple[int, ...]
+) -> Any:
+    from ..runtime.tensor import value, wrap
+
+    if not isinstance(x, XlaTensor):
+        raise TypeError(
+            f"{kind} takes xla tensors; got a tensor on {x.device}. Move it with .to(xm.xla_device())."
+        )
+    return wrap(_replicated.collective_node(kind, value(x), params, world, shape))
+
+
+def all_gather(
+    value: torch.Tensor | list[torch.Tensor],
+    dim: int = 0,
+    groups: list[list[int]] | None = None,
+    output: torch.Tensor | list[torch.Tensor] | None = None,
+    pin_layout: bool = True,
+    channel_id: int | None = None,
+    use_global_device_ids: bool | None = None,
+) -> Any:
+    """Every replica's ``value`` concatenated along ``dim`` (an XLA all-gather in the step's
+    program). A list of tensors gives a list; ``output`` receives the result in place."""
+    if isinstance(value, (list, tuple)):
+        outs = [all_gather(v, dim, groups, None, pin_layout) for v in value]
+        if output is not None:
+            for o, r in zip(_checked_outputs(output, outs), outs):
+                o.copy_(r)
+            return output
+        return outs
+    world = _world_and_check("all_gather", groups)
+    d = dim + value.dim() if dim < 0 else dim
+    if not 0 <= d < max(value.dim(), 1):
+        raise IndexError(f"all_gather(dim={dim}) of a {value.dim()}-d tensor")
+    shape = list(value.shape)
+    shape[d] *= world
+    result = _collective("all_gather", value, (d,), world, tuple(shape))
+    if output is not None:
+        assert isinstance(output, torch.Tensor)
+        output.copy_(result)
+        return output
+    return result
+
+
+def _checked_outputs(output: Any, results: list[Any]) -> list[torch.Tensor]:
+    if not isinstance(output, (list, tuple)) or len(output) != len(results):
+        raise ValueError(f"output must be a list of {len(results)} tensors, one per input")
+    return list(output)
+
+
+def reduce_scatter(
+    reduce_type: str,
+    input: torch.Tensor | list[torch.Tensor],
+    scale: float,
+    scatter_dim: int,
+    shard_count: int,
+    groups: list[list[int]] | None = None,
+    output: torch.Tensor | list[torch.Tensor] | None = None,
+    pin_layout: bool = True,
+    channel_id: int | None = None,
+    use_global_device_ids: bool | None = None,
+) -> Any:
+    """Reduce ``input`` across the replicas (``REDUCE_SUM``, ...), scale it, and give each
+    replica its ``1/shard_count`` block along ``scatter_dim`` (an XLA reduce-scatter)."""
+    if isinstance(input, (list, tuple)):
+        outs = [reduce_scatter(reduce_type, t, scale, scatter_dim, shard_count, groups) for t in input]
+        if output is not None:
+            for o, r in zip(_checked_outputs(output, outs), outs):
+                o.copy_(r)
+            return output
+        return outs
+    if reduce_type not in _replicated.REDUCE_TYPES:
+        raise ValueError(f"reduce_scatter: reduce_type {reduce_type!r} is not one of xm.REDUCE_*")
+    world = _world_and_check("reduce_scatter", groups)
+    if shard_count != world:
+        raise ValueError(
+            f"reduce_scatter(shard_count={shard_count}): there are {world} replicas; shard_count must be "
+            "the number of replicas (xm.xrt_world_size())"
+        )
+    d = scatter_dim + input.dim() if scatter_dim < 0 else scatter_dim
+    if input.shape[d] % world:
+        raise ValueError(
+            f"reduce_scatter: dimension {scatter_dim} of size {input.shape[d]} does not split into "
+            f"{world} shards"
+        )
+    shape = list(input.shape)
+    shape[d] //= world
+    result = _collective("reduce_scatter", input, (reduce_type, float(scale), d), world, tuple(shape))
+    if output is not None:
+        assert isinstance(output, torch.Tensor)
+        output.copy_(result)
+        return output
+    return result
+
+
+def all_to_all(
+    value: torch.Tensor,
+    split_dimension: int,
+    concat_dimension: int,
+    split_count: int,
+    groups: list[list[int]] | None = None,
+    pin_layout: bool = True,
+) -> Any:
+    """XLA's AllToAll: split ``value`` into ``split_count`` blocks along ``split_dimension``,
+    send block ``i`` to replica ``i``, concatenate what arrives along ``concat_dimension``."""
+    world = _world_and_check("all_to_all", groups)
+    if split_count != world:
+        raise ValueError(f"all_to_all(split_count={split_count}): split_count must be the {world} replicas")
+    s = split_dimension % value.dim()
+    c = concat_dimension % value.dim()
+    if value.shape[s] % world:
+        raise ValueError(f"all_to_all: dimension {s} of size {value.shape[s]} does not split into {world}")
+    shape = list(value.shape)
+    shape[s] //= world
+    shape[c] *= world
+    return _collective("all_to_all", value, (s, c), world, tuple(shape))
+
+
+def collective_permute(value: torch.Tensor, pairs: list[list[int]]) -> Any:
+    """XLA's CollectivePermute: replica ``src`` sends ``value`` to ``dst`` for each
+    ``[src, dst]`` pair; a replica that receives nothing gets zeros."""
+    world = _world_and_check("collective_permute", None)
+    checked = tuple((int(a), int(b)) for a, b in pairs)
+    for a, b in checked:
+        if not (0 <= a < world and 0 <= b < world):
+            raise ValueError(f"collective_permute: pair [{a}, {b}] names a replica outside 0..{world - 1}")
+    if len({a for a, _ in checked}) != len(checked) or len({b for _, b in checked}) != len(checked):
+        raise ValueError("collective_permute: each replica may send once and receive once")
+    return _collective("collective_permute", value, (checked,), world, tuple(value.shape))
+
+
+def collective_broadcast(
+    tensors: list[torch.Tensor],
+    root_ordinal: int = 0,
+    groups: list[list[int]] | None = None,
+    pin_layout: bool = True,
+) -> None:
+    """Replace ``tensors`` in place, on every replica, with the root replica's values.
+
+    As in torch_xla: every replica multiplies by 1 (the root) or 0 (the others) and the
+    results are summed with one all-reduce, so each replica records the same program.
+    """
+    from ..runtime.tensor import to_device_node, wrap
+
+    ordinal = get_ordinal()
+    with torch.no_grad():
+        for t in tensors:
+            flag = torch.tensor(1 if ordinal == root_ordinal else 0, dtype=t.dtype)
+            if isinstance(t, XlaTensor):
+                # Device data, not a constant: the replicas' programs must be the same.
+                flag = wrap(to_device_node(flag, t.device.index or 0))
+            t.mul_(flag)
+    all_reduce(REDUCE_SUM, tensors, groups=groups, pin_layout=pin_layout)
+
+
+def broadcast_master_param(model: torch.nn.Module) -> None:
+    """Make every replica's parameters and buffers the master replica's (ordinal 0)."""
+    collective_broadcast([*model.parameters(), *model.buffers()])
+    mark_step()
+
+
+# --------------------------------------------------------------------------- steps and closures
+
+
+def add_step_closure(closure: Any, args: tuple[Any, ...] = (), run_async: bool = False) -> None:
+    """Run ``closure(*args)`` after this step's barrier (the next ``mark_step``/``torch_xla.sync``),
+    when the tensors it reads are already computed; closures run in the order queued.
+    ``run_async=True`` runs it on a worker thread instead, so the next step does not wait."""
+    _closures.add_step_closure(closure, args, run_async)
+
+
+def master_print(*args: Any, fd: Any = None, local: bool = False, flush: bool = False) -> None:
+    """``print`` on the master replica only (ordinal 0 of the run, or of this host with ``local``)."""
+    import sys
+
+    if is_master_ordinal(local=local):
+        print(*args, file=fd if fd is not None else sys.stdout, flush=flush)
+
+
+def is_xla_tensor(tensor: torch.Tensor) -> bool:
+    return tensor.device.type == "xla"
+
+
+def unlazy(tensors: list[torch.Tensor]) -> None:
+    """Compute ``tensors`` now (one execution for all of them) and wait until they are done."""
+    xla = [t for t in tensors if isinstance(t, XlaTensor)]
+    if len(xla) != len(tensors):
+        bad = next(t for t in tensors if not isinstance(t, XlaTensor))
+        raise ValueError(f"unlazy() takes xla tensors; got one on {bad.device}")
+    if xla:
+        from ..runtime.tensor import value
+
+        arrays = _graph.materialize([value(t) for t in xla], [t._st for t in xla], "unlazy")
+        import jax
+
+        jax.block_until_ready(arrays)
+
+
+def optimization_barrier_(tensors: list[torch.Tensor]) -> None:
+    """Stop XLA from moving computation across this point (``jax.lax.optimization_barrier``):
+    the tensors are replaced, in place, by the barrier's outputs. Gradient checkpointing uses
+    it so that XLA's common-subexpression elimination cannot undo the recomputation."""
+    from ..runtime.tensor import assign, value
+
+    xla = [t for t in tensors if isinstance(t, XlaTensor)]
+    if xla:
+        node = _optimization_barrier_node([value(t) for t in xla])
+        for i, t in enumerate(xla):
+            from ..runtime import ir
+
+            assign(t, ir.item(node, i))
+
+
+def _optimization_barrier_node(nodes: list[Any]) -> Any:
+    from ..runtime import ir
+
+    devices = {n.device for n in nodes}
+    if len(devices) != 1:
+        raise ValueError(
+            f"optimization_barrier_: the tensors must be on one device, got xla:{sorted(devices)}"
+        )
+    return ir.Node(
+        _OPTIMIZATION_BARRIER,
+        tuple(nodes),
+        None,
+        None,
+        None,
+        devices.pop(),
+        outs=tuple((n.shape, n.dtype) for n in nodes),  # type: ignore[arg-type]
+    )
+
+
+_OPTIMIZATION_BARRIER = "xla::optimization_barrier"
+
+
+def _lower_optimization_barrier(vals: list[Any], arg: Any, shape: Any, dtype: Any) -> tuple[Any, ...]:
+    from jax import lax
+
+    return tuple(lax.optimization_barrier(tuple(vals)))
+
+
+_graph.SPECIAL_LOWERINGS[_OPTIMIZATION_BARRIER] = _lower_optimization_barrier
+
+
+# --------------------------------------------------------------------------- RNG
+
+
+def _device_index(device: Any) -> int:
+    if device is None:
+        return xla_device().index or 0
+    d = torch.device(device)
+    if d.type != "xla":
+        raise ValueError(f"expected an xla device, got {d}")
+    return d.index or 0
+
+
+def set_rng_state(seed: int, device: Any = None) -> None:
+    """Set the xla device's random generator to ``seed`` (a value from :func:`get_rng_state`
+    restores that point of the sequence exactly)."""
+    from ..runtime.device import _rng
+
+    value = int(seed)
+    _rng[_device_index(device)] = [value & 0xFFFFFFFF, (value >> 32) & 0xFFFFFFFF]
+
+
+def get_rng_state(device: Any = None) -> int:
+    """The xla device's random generator state as an integer: the seed after
+    ``set_rng_state(seed)``/``torch_xla.manual_seed(seed)``, then moving on with every random op."""
+    from ..runtime.device import _seed_of
+
+    seed, offset = _seed_of(_device_index(device))
+    return int(seed) | (int(offset) << 32)
+
+
+class _ForkRng:
+    def __init__(self, device: Any, enabled: bool) -> None:
+        self.device, self.enabled = device, enabled
+        self.state = 0
+
+    def __enter__(self) -> None:
+        if self.enabled:
+            self.state = get_rng_state(self.device)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.enabled:
+            set_rng_state(self.state, self.device)
+
+
+def fork_rng(device: Any = None, enabled: bool = True) -> Any:
+    """A context manager: the xla random generator is back where it was when the block ends."""
+    return _ForkRng(device, enabled)
+
+
+# --------------------------------------------------------------------------- device facts
+
+
+def xla_device_kind(device: Any = None) -> str:
+    """The vendor's name for the device's kind (JAX's ``device_kind``: ``cpu``,
+    ``NVIDIA H100 80GB HBM3``, ``TPU v4``)."""
+    return str(backend.jax_device(_device_index(device)).device_kind)
+
+
+def get_memory_info(device: Any = None) -> dict[str, int]:
+    """``{'bytes_used', 'bytes_limit', 'peak_bytes_used'}`` of an xla device.
+
+    From the device's allocator (JAX's ``memory_stats()``) on GPU and TPU. The CPU platform
+    keeps no such statistics: there ``bytes_used`` is the size of the live arrays on the device,
+    ``peak_bytes_used`` the largest value seen by this call so far, and ``bytes_limit`` the
+    machine's physical memory.
+    """
+    index = _device_index(device)
+    jdev = backend.jax_device(index)
+    stats = None
+    try:
+        stats = jdev.memory_stats()
+    except Exception:  # some platforms raise instead of returning None
+        stats = None
+    if stats:
+        used = int(stats.get("bytes_in_use", 0))
+        return {
+            "bytes_used": used,
+            "bytes_limit": int(stats.get("bytes_limit", stats.get("bytes_reservable_limit", 0))),
+            "peak_bytes_used": int(stats.get("peak_bytes_in_use", used)),
+        }
+    import os
+
+    import jax
+
+    used = sum(a.nbytes for a in jax.live_arrays() if jdev in a.devices())
+    peak = _CPU_PEAK[index] = max(_CPU_PEAK.get(index, 0), used)
+    try:
+        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        limit = 0
+    return {"bytes_used": used, "bytes_limit": int(limit), "peak_bytes_used": peak}
+
+
+_CPU_PEAK: dict[int, int] = {}
+
+
+def set_replication(device: Any, devices: list[Any] | None) -> None:
+    """torch_xla's per-thread replication setup. xlalab's replicas are set up by
+    ``xmp.spawn``/DataParallel, so this only checks that ``device`` is one of ``devices``."""
+    if devices and str(device) not in [str(d) for d in devices]:
+        raise ValueError(f"set_replication: {device} is not among {devices}")
+
+
+# --------------------------------------------------------------------------- StableHLO
+
+
+def _stablehlo_tensors(tensors: list[torch.Tensor] | None) -> list[torch.Tensor]:
+    from ..runtime.tensor import pending_storages, wrap
+
+    if tensors:
+        return list(tensors)
+    # torch_xla's empty list: every pending tensor of the default device is an output.
+    dev = xla_device().index or 0
+    return [wrap(st.node, st) for st in pending_storages(dev)]
+
+
+def get_stablehlo(tensors: list[torch.Tensor] | None = None) -> str:
+    """The StableHLO (MLIR text) of the pending graph whose outputs are ``tensors``; with no
+    tensors, of everything pending on the default device. Nothing is executed. With
+    XLA_HLO_DEBUG=1 the ops carry the user's source lines."""
+    from ..debug import graph_dump
+
+    return graph_dump.get_tensors_stablehlo(_stablehlo_tensors(tensors))
+
+
+def get_stablehlo_bytecode(tensors: list[torch.Tensor] | None = None) -> bytes:
+    """:func:`get_stablehlo` as portable StableHLO bytecode (MLIR bytecode, as
+    ``jax.export`` serializes it), readable by StableHLO tools."""
+    from jax._src.interpreters import mlir
+
+    from ..debug import graph_dump
+
+    lowered = graph_dump._lower(graph_dump.graph_of(_stablehlo_tensors(tensors)))
+    return bytes(mlir.module_to_bytecode(lowered.compiler_ir("stablehlo")))
+
+
+# --------------------------------------------------------------------------- what libraries call
+
+
+def _fetch_gradients(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+
+
+def _maybe_convert_to_cpu(data: Any, convert: bool = True) -> Any:
+    """``data`` with its xla tensors on the CPU (one sync for all), as ``xm.save`` writes it."""
+    return _to_cpu_tree(data) if convert else data
+
+
+class RateTracker:
+    """Samples per second, smoothed: torch_xla's training-loop throughput meter."""
+
+    def __init__(self, smooth_factor: float | None = None) -> None:
+        import time
+
+        from ..utils.utils import getenv_as
+
+        factor = getenv_as("RATE_TRACKER_SMOOTHING", float, 0.4) if smooth_factor is None else smooth_factor
+        self._smooth_factor = float(factor or 0.4)
+        self._start_time = time.time()
+        self._partial_time = self._start_time
+        self._partial_count = 0.0
+        self._partial_rate: float | None = None
+        self._count = 0.0
+
+    def _update(self, now: float, rate: float) -> None:
+        self._partial_count += self._count
+        self._count = 0.0
+        self._partial_time = now
+        self._partial_rate = rate
+
+    def add(self, count: float) -> None:
+        self._count += count
+
+    def _smooth(self, current_rate: float) -> float:
+        if self._partial_rate is None:
+            return current_rate
+        return (1 - self._smooth_factor) * current_rate + self._smooth_factor * self._partial_rate
+
+    def rate(self) -> float:
+        import time
+
+        now = time.time()
+        delta = now - self._partial_time
+        report_rate = 0.0
+        if delta > 0:
+            report_rate = self._smooth(self._count / delta)
+            self._update(now, report_rate)
+        return report_rate
+
+    def global_rate(self) -> float:
+        import time
+
+        delta = time.time() - self._start_time
+        count = self._partial_count + self._count
+        return count / delta if delta > 0 else 0.0

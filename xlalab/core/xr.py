@@ -61,7 +61,84 @@ def host_index() -> int:
 
 
 def is_spmd() -> bool:
-    return False
+    return _spmd_module() is not None and bool(getattr(_spmd_module(), "is_spmd", lambda: False)())
+
+
+def _spmd_module() -> Any:
+    import importlib.util
+
+    if importlib.util.find_spec("xlalab.distributed.spmd") is None:
+        return None
+    import importlib
+
+    return importlib.import_module("xlalab.distributed.spmd")
+
+
+def use_spmd(auto: bool = False) -> None:
+    """Run the program SPMD over every device: tensors are sharded by
+    ``torch_xla.distributed.spmd.mark_sharding`` and XLA's partitioner splits the program."""
+    spmd = _spmd_module()
+    if spmd is None or not hasattr(spmd, "use_spmd"):
+        raise NotImplementedError(
+            "xr.use_spmd(): this xlalab has no SPMD partitioning (torch_xla.distributed.spmd). "
+            "Data parallelism over several devices works: xmp.spawn or "
+            "torch_xla.distributed.data_parallel.DataParallel (see docs/distributed.md)."
+        )
+    spmd.use_spmd(auto=auto)
+
+
+def is_bf16_supported() -> bool:
+    """Whether bfloat16 tensors compute on the xla devices (true on CPU, GPU and TPU through XLA)."""
+    try:
+        import jax.numpy as jnp
+
+        jnp.ones((1,), dtype=jnp.bfloat16, device=backend.jax_device(0)).block_until_ready()
+        return True
+    except Exception:
+        return False
+
+
+def local_process_count() -> int:
+    """Processes on this host: one (xlalab drives all of a host's devices from one process)."""
+    return 1
+
+
+def addressable_runtime_device_count() -> int:
+    """Devices this process can address."""
+    return backend.device_count()
+
+
+def initialize_cache(path: str, readonly: bool = False) -> None:
+    """Keep compiled programs on disk at ``path`` (JAX's persistent compilation cache), so a
+    later run skips XLA compiles it has seen. Call before the first compile.
+
+    ``readonly`` is accepted, but JAX's cache has no read-only mode: programs this process
+    compiles are added to the cache too."""
+    import os
+
+    import jax
+
+    from ..runtime import graph
+
+    if graph.CACHE:
+        raise RuntimeError(
+            "xr.initialize_cache() must be called before the first graph is compiled; "
+            f"{len(graph.CACHE)} are compiled already. Call it at the start of the program."
+        )
+    os.makedirs(path, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", os.fspath(path))
+    # Every program, however small or fast to compile: the cache is what the user asked for.
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    os.environ["XLA_PERSISTENT_CACHE_PATH"] = os.fspath(path)
+    os.environ["XLA_PERSISTENT_CACHE_READ_ONLY"] = "1" if readonly else "0"
+
+
+def get_num_cached_compilation_graph() -> int:
+    """How many compiled graphs this process holds in memory (single-device and replicated)."""
+    from ..runtime import graph, replicated
+
+    return len(graph.CACHE) + len(replicated.PROGRAMS)
 
 
 def get_master_ip() -> str:
@@ -86,18 +163,24 @@ def runtime_device_attributes(device: Any = None) -> dict[str, Any]:
 
 __all__ = [
     "addressable_device_count",
+    "addressable_runtime_device_count",
     "device_type",
     "get_master_ip",
+    "get_num_cached_compilation_graph",
     "global_device_count",
     "global_ordinal",
     "global_runtime_device_attributes",
     "global_runtime_device_count",
     "host_index",
+    "initialize_cache",
+    "is_bf16_supported",
     "is_spmd",
     "local_device_count",
     "local_ordinal",
+    "local_process_count",
     "process_count",
     "process_index",
     "runtime_device_attributes",
+    "use_spmd",
     "world_size",
 ]
