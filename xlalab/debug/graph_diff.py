@@ -176,6 +176,16 @@ class Change:
 
 
 def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
+    """The first difference, root causes first: an input whose shape or dtype changed explains
+    the sizes that Python code read from it and baked into later ops (``x.view(x.shape[0], -1)``,
+    a model's ``arange(seq_len)``), so it is named even when such an op comes first."""
+    old_leaves = [i for i, s in enumerate(old) if s.leaf]
+    new_leaves = [i for i, s in enumerate(new) if s.leaf]
+    if len(old_leaves) == len(new_leaves):
+        for k, (i, j) in enumerate(zip(old_leaves, new_leaves)):
+            a, b = old[i], new[j]
+            if a.name == b.name and a.type != b.type:
+                return Change("input_shape", j, b.name, a.type, b.type, b.made, input_position=k)
     inputs = 0
     outputs_differ = False
     for i, (a, b) in enumerate(zip(old, new)):

@@ -1,0 +1,235 @@
+"""The model zoo: small models nobody wrote for xlalab, as notebook cells.
+
+Each entry is the source of a setup cell that defines ``model``, ``opt``, ``batch(n, t)`` (the
+inputs, made on the CPU and sent to the device, each on a line of its own) and ``loss_of(x, y)``;
+the shared ``STEP`` cell trains one step. ``before`` and ``after`` are the ``batch`` arguments
+of the training cells and of the cell that changes one input's shape. Sizes are tiny: a zoo
+model exists to exercise the analysis on real code, not to learn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+COMMON = """\
+import torch, torch.nn as nn, torch.nn.functional as F
+import xlalab.core.xla_model as xm
+dev = xm.xla_device()
+torch.manual_seed(0)
+"""
+
+STEP = """\
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+def step(x, y):
+    opt.zero_grad()
+    loss = loss_of(x, y)
+    loss.backward()
+    opt.step()
+    xm.mark_step()
+    return loss
+"""
+
+
+@dataclass(frozen=True)
+class Zoo:
+    name: str
+    model: str  # defines model, batch(n, t) and loss_of(x, y)
+    before: tuple[int, int]
+    after: tuple[int, int]
+
+    @property
+    def setup(self) -> str:
+        return COMMON + self.model + "\n" + STEP
+
+    def line_of(self, marker: str) -> int:
+        """The setup cell's line that ends with ``# marker``."""
+        return next(i for i, line in enumerate(self.setup.splitlines(), 1) if line.endswith(f"# {marker}"))
+
+
+def _lm(model: str) -> str:
+    """A causal language model: labels are the inputs."""
+    return model + """
+def batch(n, t):
+    x = torch.randint(0, 64, (n, t)).to(dev)  # MADE-x
+    return x, x
+
+def loss_of(x, y):
+    return model(input_ids=x, labels=y).loss
+"""
+
+
+ZOO = [
+    Zoo(
+        "mnist_convnet",
+        """\
+from xlalab.testing.workloads import MNIST
+model = MNIST().to(dev)
+
+def batch(n, t):
+    x = torch.randn(n, 1, 28, 28).to(dev)  # MADE-x
+    y = torch.randint(0, 10, (n,)).to(dev)  # MADE-y
+    return x, y
+
+def loss_of(x, y):
+    return F.nll_loss(model(x), y)
+""",
+        (4, 0),
+        (3, 0),
+    ),
+    Zoo(
+        "batchnorm_avgpool_dropout_convnet",
+        """\
+model = nn.Sequential(
+    nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AvgPool2d(2),
+    nn.Dropout(0.1), nn.Flatten(), nn.Linear(8 * 8 * 8, 5),
+).to(dev)
+
+def batch(n, t):
+    x = torch.randn(n, 3, 16, 16).to(dev)  # MADE-x
+    y = torch.randint(0, 5, (n,)).to(dev)  # MADE-y
+    return x, y
+
+def loss_of(x, y):
+    return F.cross_entropy(model(x), y)
+""",
+        (4, 0),
+        (5, 0),
+    ),
+    *(
+        Zoo(
+            rnn.lower(),
+            f"""\
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.{rnn}(8, 16, batch_first=True)
+        self.head = nn.Linear(16, 1)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        return self.head(out[:, -1])
+
+model = Net().to(dev)
+
+def batch(n, t):
+    x = torch.randn(n, t, 8).to(dev)  # MADE-x
+    y = torch.randn(n, 1).to(dev)  # MADE-y
+    return x, y
+
+def loss_of(x, y):
+    return F.mse_loss(model(x), y)
+""",
+            (2, 5),
+            (2, 6),
+        )
+        for rnn in ("LSTM", "GRU")
+    ),
+    Zoo(
+        "attention_transformer",
+        """\
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(64, 32)
+        self.block = nn.TransformerEncoderLayer(32, 2, 64, dropout=0.1, batch_first=True)
+        self.head = nn.Linear(32, 64)
+
+    def forward(self, ids):
+        return self.head(self.block(self.embed(ids)))
+
+model = Net().to(dev)
+
+def batch(n, t):
+    x = torch.randint(0, 64, (n, t)).to(dev)  # MADE-x
+    return x, x
+
+def loss_of(x, y):
+    return F.cross_entropy(model(x).reshape(-1, 64), y.reshape(-1))
+""",
+        (2, 8),
+        (2, 9),
+    ),
+    Zoo(
+        "hf_gpt2",
+        _lm(
+            """\
+from transformers import GPT2Config, GPT2LMHeadModel
+config = GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=1, n_head=2)
+model = GPT2LMHeadModel(config).to(dev)
+"""
+        ),
+        (2, 8),
+        (2, 9),
+    ),
+    Zoo(
+        "hf_bert",
+        """\
+from transformers import BertConfig, BertForSequenceClassification
+config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                    intermediate_size=37, max_position_embeddings=32, num_labels=3)
+model = BertForSequenceClassification(config).to(dev)
+
+def batch(n, t):
+    x = torch.randint(0, 64, (n, t)).to(dev)  # MADE-x
+    y = torch.randint(0, 3, (n,)).to(dev)  # MADE-y
+    return x, y
+
+def loss_of(x, y):
+    return model(input_ids=x, labels=y).loss
+""",
+        (2, 8),
+        (2, 10),
+    ),
+    Zoo(
+        "hf_t5",
+        """\
+from transformers import T5Config, T5ForConditionalGeneration
+config = T5Config(vocab_size=64, d_model=32, d_kv=16, d_ff=37, num_layers=1, num_decoder_layers=1,
+                  num_heads=2, decoder_start_token_id=0, pad_token_id=0)
+model = T5ForConditionalGeneration(config).to(dev)
+
+def batch(n, t):
+    x = torch.randint(1, 64, (n, t)).to(dev)  # MADE-x
+    y = torch.randint(1, 64, (n, 4)).to(dev)  # MADE-y
+    return x, y
+
+def loss_of(x, y):
+    return model(input_ids=x, labels=y).loss
+""",
+        (2, 8),
+        (2, 7),
+    ),
+    Zoo(
+        "hf_llama",
+        _lm(
+            """\
+from transformers import LlamaConfig, LlamaForCausalLM
+config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=37, num_hidden_layers=1,
+                     num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
+model = LlamaForCausalLM(config).to(dev)
+"""
+        ),
+        (2, 8),
+        (2, 6),
+    ),
+    Zoo(
+        "hf_vit",
+        """\
+from transformers import ViTConfig, ViTForImageClassification
+config = ViTConfig(image_size=16, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=1,
+                   num_attention_heads=2, intermediate_size=37, num_labels=3)
+model = ViTForImageClassification(config).to(dev)
+
+def batch(n, t):
+    x = torch.randn(n, 3, 16, 16).to(dev)  # MADE-x
+    y = torch.randint(0, 3, (n,)).to(dev)  # MADE-y
+    return x, y
+
+def loss_of(x, y):
+    return model(pixel_values=x, labels=y).loss
+""",
+        (2, 0),
+        (3, 0),
+    ),
+]
