@@ -349,3 +349,32 @@ def test_the_throttle_coalesces_and_always_delivers_the_last_poke() -> None:
     # At most one call per interval (plus the first, at once): a few calls, not 2000.
     assert len(seen) <= 2 + (time.monotonic() - start) / 0.1
     t.close()
+
+
+NO_BARRIER = """\
+def step_without_barrier(batch):
+    data = torch.randn(batch, 8).to(dev)
+    loss = model(data).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss
+"""
+
+
+def test_a_loop_without_a_step_barrier_is_named_at_the_cells_end(shell: Shell) -> None:
+    shell.ok(setup(18))
+    shell.ok(NO_BARRIER)
+    defined = shell.sh.execution_count - 1
+    out = shell.ok("for _ in range(4):\n    loss = step_without_barrier(8)")
+    count = shell.sh.execution_count - 1
+    assert "xlalab: No step barrier: the pending graph keeps growing (4 times)" in out, out
+    m = re.search(r"optimizer.step\(\) ran 4 times with no xm.mark_step\(\) in between: nothing ran, and the "
+                  r"pending graph has grown to (\d+) nodes", out)  # fmt: skip
+    assert m is not None and int(m[1]) > 40, out
+    assert f"  at cell [{defined}], line 6 in step_without_barrier: opt.step()" in out
+    assert f"the loop's line: cell [{count}], line 2: loss = step_without_barrier(8)" in out
+    # A barrier ends it: the same loop with mark_step is quiet, and so is one optimizer step.
+    assert "No step barrier" not in shell.ok("xm.mark_step()\nfor _ in range(3):\n    step(8)")
+    assert "No step barrier" not in shell.ok("loss = step_without_barrier(8)")
+    shell.ok("xm.mark_step()")

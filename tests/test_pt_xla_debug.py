@@ -577,3 +577,41 @@ def test_mnist_example_under_pt_xla_debug_has_no_internal_error(tmp_path: Path) 
     assert "internal error" not in proc.stderr and "could not analyse" not in proc.stderr
     assert len([b for b in parse_blocks(proc.stderr) if b.kind == "Compilation"]) >= 2
     assert proc.stderr.count("Unlowered Op usage summary") == 1
+
+
+def _train_without_barrier(dev: torch.device, steps: int) -> torch.Tensor:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 3).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = torch.zeros((), device=dev)
+    for _ in range(steps):
+        loss = model(torch.ones(4, 5, device=dev)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()  # NO-BARRIER
+    return loss
+
+
+def test_analysis_names_a_loop_without_a_step_barrier(dev: torch.device, debug: Callable[[], str]) -> None:
+    loss = _train_without_barrier(dev, 4)
+    line = next(i for i, s in enumerate(Path(__file__).read_text().splitlines(), 1) if s.endswith("# NO-BARRIER"))
+    where = f"{__file__}:{line} (_train_without_barrier)"
+    loss.item()  # the read that finally runs the whole graph
+    err = debug()
+    m = re.search(
+        r"^pt-xla-profiler: no step barrier: optimizer.step\(\) ran 4 times with no mark_step in between: "
+        r"nothing ran, and the pending graph has grown to (\d+) nodes \(about \d+ per step\) "
+        rf"\(optimizer.step\(\) at {re.escape(where)}\)$",
+        err,
+        re.M,
+    )
+    assert m is not None and int(m[1]) > 40, err
+    report = pxd.report()
+    assert f"{where}: no step barrier: optimizer.step() ran 4 times" in report
+    assert "called from " in report and "end every step with xm.mark_step()" in report
+    # With a barrier per step: nothing to say.
+    pxd.reset()
+    for _ in range(3):
+        _train_without_barrier(dev, 1)
+        xlalab.mark_step()
+    assert "no step barrier" not in pxd.report()

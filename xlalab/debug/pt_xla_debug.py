@@ -54,7 +54,7 @@ from typing import IO, Any
 from xlalab.runtime import config, debug_files, events, metrics
 from xlalab.runtime.frames import Frame
 
-from . import analysis_errors
+from . import analysis_errors, barriers
 from .graph_diff import NodeSig, first_change, node_bytes, signature, type_bytes
 
 __all__ = [
@@ -278,6 +278,8 @@ class _Stats:
     announced_ops: set[tuple[str, Frame | None]] = field(default_factory=set)
     slow_compiles: dict[Frame | None, list[float]] = field(default_factory=lambda: defaultdict(list))
     slow_executes: dict[Frame | None, list[float]] = field(default_factory=lambda: defaultdict(list))
+    # optimizer steps with no barrier between them: where step() was called -> (steps, graph nodes, frames)
+    no_barrier: dict[Frame | None, tuple[int, int, tuple[Frame, ...]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -297,6 +299,7 @@ class _State:
     stats: _Stats = field(default_factory=_Stats)
     raw_marks: int = 0  # the MarkStep counter when last read (see _marks)
     marks_offset: int = 0
+    barrier_watch: barriers.BarrierWatch = field(default_factory=barriers.BarrierWatch)
 
 
 _S = _State()
@@ -477,6 +480,8 @@ def _handle(ev: events.Event) -> None:
         step = _steps() - 1 if ev.reason == "mark_step" else _steps()
         if pending.compile is not None and not pending.compile.cached:
             _record_compile(pending.compile, step)
+        if ev.reason != "mark_step" and _S.barrier_watch.missing:
+            _no_barrier(len(ev.graph.nodes) if ev.graph is not None else 0)
         if ev.reason != "mark_step":
             st.last_barrier = None
             st.early[_site(ev.frames)][ev.reason.partition(":")[0]] += 1
@@ -505,6 +510,20 @@ def _handle(ev: events.Event) -> None:
             st.transfers[site] += 1
             st.transfer_steps[site].add(step)
             st.transfer_total += 1
+
+
+def _no_barrier(nodes: int) -> None:
+    """Optimizer steps ran with no step barrier: say so once per place, keep the largest graph."""
+    watch, st = _S.barrier_watch, _S.stats
+    site = _site(watch.frames)
+    first = site not in st.no_barrier
+    old = st.no_barrier.get(site, (0, 0, ()))
+    st.no_barrier[site] = (max(old[0], watch.steps), max(old[1], nodes), watch.frames)
+    if first and _S.debug:
+        _emit(
+            f"{_PROFILER}: no step barrier: {barriers.explain(watch.steps, nodes, _barrier_name())} "
+            f"(optimizer.step() at {_where(site)})\n"
+        )
 
 
 def _record_compile(ev: events.CompileEvent, step: int) -> None:
@@ -679,6 +698,13 @@ def _findings() -> list[list[str]]:
         )
         out.append(((1, -n), lines))
 
+    # Loops that never reached their step barrier: the costliest mistake, first.
+    for site, (steps, nodes, frames) in st.no_barrier.items():
+        lines = [f"{_where(site)}: no step barrier: {barriers.explain(steps, nodes, _barrier_name())}"]
+        lines += [f"  called from {_where(f)}" for f in frames[1:3]]
+        lines.append(f"  {barriers.ADVICE}")
+        out.append(((-1, -nodes), lines))
+
     out.sort(key=lambda wl: wl[0])
     return [lines for _, lines in out]
 
@@ -722,9 +748,11 @@ def report() -> str:
     """The exit summary as text: torch_xla's unlowered-op summary, then xlalab's findings.
 
     For notebooks: ``print(pt_xla_debug.report())`` at any point. It only reads what the
-    event handlers recorded, so calling it syncs nothing.
+    event handlers recorded (and walks the pending IR), so calling it syncs nothing.
     """
     with _LOCK:
+        if _S.barrier_watch.missing:  # optimizer steps still pending: the graph they built so far
+            _no_barrier(barriers.pending_nodes())
         lines = _unlowered_summary() + _analysis_lines()
         if not enabled() and not _S.stats.compiles and not _S.stats.executions:
             lines.insert(0, "PT_XLA_DEBUG is off: nothing was recorded (config.set('PT_XLA_DEBUG', True))")
@@ -763,9 +791,11 @@ def _update() -> None:
         if not (st.compiles or st.cached or st.executions or st.transfers or st.fallbacks):
             st.base_marks = _marks()  # count the steps from here (a notebook turning it on mid-run)
         _S.unsubscribe = events.subscribe(_on_event)
+        _S.barrier_watch.start()
     elif not want and _S.unsubscribe is not None:
         _S.unsubscribe()
         _S.unsubscribe = None
+        _S.barrier_watch.stop()
         _flush_held()
 
 

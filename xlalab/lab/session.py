@@ -89,6 +89,7 @@ class LabSession:
 
     def post_run_cell(self, result: Any) -> None:
         try:
+            self.watcher.end_cell()
             findings = self.watcher.findings_of_cell()
             if findings and self.warnings_on:
                 from IPython.display import display

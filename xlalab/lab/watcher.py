@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from xlalab.debug import analysis_errors, graph_diff, recompiles
+from xlalab.debug import analysis_errors, barriers, graph_diff, recompiles
 from xlalab.runtime import events, ir
 from xlalab.runtime.frames import Frame
 from xlalab.runtime.frames import _is_library as _is_runtime_library
@@ -133,16 +133,19 @@ class Watcher:
         self._lock = threading.RLock()
         self._unsubscribe: Callable[[], None] | None = None
         self.compiling: dict[str, Any] | None = None  # the compile_start event of a compile under way
+        self.barriers = barriers.BarrierWatch()
 
     # ---- lifecycle
     def start(self) -> None:
         if self._unsubscribe is None:
             self._unsubscribe = events.subscribe(self._on_event)
+        self.barriers.start(listen=False)
 
     def stop(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        self.barriers.stop()
 
     def clear(self) -> None:
         with self._lock:
@@ -155,6 +158,43 @@ class Watcher:
             self.cell_findings.clear()
             self._cell_steps = 0
             self._cuts.clear()
+
+    def end_cell(self) -> None:
+        """What only shows at a cell's end: a loop that never reached its step barrier."""
+        try:
+            with self._lock:
+                finding = self._missing_barrier()
+        except Exception as e:  # the watcher must never break the program it watches
+            analysis_errors.failed("lab", "cell end", e)
+            return
+        if finding is not None:
+            message = self._warning_event(finding)
+            for listener in list(self.listeners):
+                listener(message)
+
+    def _missing_barrier(self) -> Finding | None:
+        watch = self.barriers
+        if not watch.missing:
+            return None
+        frames = self.cells.user_frames(watch.frames)
+        where = frames[0] if frames else None
+        nodes = barriers.pending_nodes()
+        in_cell = [f for f in frames if (self.cells.cell_of(f.file) or (None,))[0] == self.cells.current]
+        details = [barriers.ADVICE]
+        if in_cell:  # the outermost frame in the cell that ran: the loop's body
+            loop = in_cell[-1]
+            details.insert(0, f"the loop's line: {self.cells.label(loop)}: {self.cells.source_line(loop)}")
+        finding = self._finding(
+            ("no_barrier", where),
+            "no_barrier",
+            "No step barrier: the pending graph keeps growing",
+            barriers.explain(watch.steps, nodes),
+            frames,
+            "",
+            details,
+        )
+        finding.count = watch.steps
+        return finding
 
     def findings_of_cell(self) -> list[Finding]:
         with self._lock:
@@ -452,6 +492,7 @@ class Watcher:
         if ev.reason == "mark_step":
             self._cell_steps += 1
             self._step_reads.clear()
+            self.barriers.barrier()
         what = ACCESS_REASONS.get(ev.reason)
         if what is None or ev.graph is None:
             return None  # a step barrier, or a read of a value that was already computed

@@ -1,0 +1,113 @@
+"""The seeds' classic mistake: a training loop that never reaches its step barrier.
+
+Without ``xm.mark_step()`` (or ``xm.optimizer_step``) nothing runs: every iteration adds its
+forward, backward and optimizer update to one pending graph, which grows until something
+reads a value, and then compiles and runs all of it at once (and again, larger, next time).
+
+The runtime cannot see a loop, but torch tells anyone who asks when an optimizer steps
+(``torch.optim``'s global step hook), and the runtime's events say when a step barrier ran.
+Two optimizer steps with no barrier in between is the mistake, exactly; the user's line that
+called ``optimizer.step()`` and the size of the pending graph say where and how bad.
+Watching costs one hook call per optimizer step and never touches a tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from xlalab.runtime import events
+from xlalab.runtime.frames import Frame, user_frames
+
+__all__ = ["BarrierWatch", "pending_nodes"]
+
+#: Optimizer steps without a barrier in between before the watch calls it a missing barrier.
+MIN_STEPS = 2
+
+
+@dataclass
+class BarrierWatch:
+    """Counts optimizer steps since the last step barrier, with where they were called."""
+
+    steps: int = 0  # optimizer steps since the last barrier
+    frames: tuple[Frame, ...] = ()  # the user frames of the latest optimizer.step() call
+    first_frames: tuple[Frame, ...] = ()
+    _handles: list[Any] = field(default_factory=list)
+    _unsubscribe: Callable[[], None] | None = None
+
+    def start(self, *, listen: bool = True) -> None:
+        """Watch optimizer steps; with ``listen=False`` the caller, which already listens to the
+        runtime's events, calls ``barrier()`` at every step barrier itself."""
+        if self._handles:
+            return
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self._handles.append(register_optimizer_step_post_hook(self._stepped))
+        if listen:
+            self._unsubscribe = events.subscribe(self._on_event)
+
+    def stop(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not _on_xla(optimizer):
+            return
+        self.steps += 1
+        self.frames = user_frames()
+        if self.steps == 1:
+            self.first_frames = self.frames
+
+    def _on_event(self, ev: events.Event) -> None:
+        if isinstance(ev, events.SyncEvent) and ev.reason == "mark_step":
+            self.barrier()
+
+    def barrier(self) -> None:
+        self.steps = 0
+        self.frames = self.first_frames = ()
+
+    @property
+    def missing(self) -> bool:
+        """Whether optimizer steps ran with no barrier between them."""
+        return self.steps >= MIN_STEPS
+
+
+def _on_xla(optimizer: Any) -> bool:
+    for group in getattr(optimizer, "param_groups", ()):
+        for p in group.get("params", ()):
+            return getattr(getattr(p, "device", None), "type", None) == "xla"
+    return False
+
+
+def pending_nodes() -> int:
+    """Nodes in the graph of every live pending tensor (what the next barrier would compile).
+
+    Only walks the IR: nothing is compiled, run or transferred.
+    """
+    from xlalab.runtime import graph as graph_mod
+    from xlalab.runtime import tensor as tensor_mod
+
+    storages = tensor_mod.pending_storages()
+    if not storages:
+        return 0
+    return len(graph_mod.linearize([st.node for st in storages]).nodes)
+
+
+def explain(steps: int, nodes: int, barrier: str = "xm.mark_step()") -> str:
+    """The finding's message, in plain words."""
+    per = f" (about {nodes // steps} per step)" if steps and nodes else ""
+    return (
+        f"optimizer.step() ran {steps} times with no {barrier} in between: nothing ran, and the "
+        f"pending graph has grown to {nodes} nodes{per}"
+    )
+
+
+ADVICE = (
+    "end every step with xm.mark_step() (or use xm.optimizer_step(opt)): each step then compiles "
+    "once and runs; without it the graph grows until a value is read, and compiles all of it"
+)
