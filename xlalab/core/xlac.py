@@ -92,6 +92,81 @@ def _xla_real_devices(devices: Sequence[Any]) -> list[str]:
     return _xm.xla_real_devices(list(devices))
 
 
+# ---- the calls libraries make on their paths (HF transformers' save_pretrained, accelerate)
+
+
+def _xla_get_tensor_id(tensor: torch.Tensor) -> int:
+    """An id shared by xla tensors over the same storage (aliases, tied weights), distinct
+    otherwise: what transformers' ``id_tensor_storage`` uses to find shared tensors."""
+    from ..runtime.tensor import XlaTensor
+
+    if not isinstance(tensor, XlaTensor):
+        raise TypeError(f"_xla_get_tensor_id takes an xla tensor, got one on {tensor.device}")
+    return int(tensor._st.serial)
+
+
+def _xla_get_devices() -> list[str]:
+    return _xm.xla_real_devices(_xm.get_xla_supported_devices())
+
+
+def _xla_get_all_devices() -> list[str]:
+    return _xla_get_devices()
+
+
+def _xla_num_runtime_devices() -> int:
+    return len(_xm.get_xla_supported_devices())
+
+
+def _xla_device_kind(device: str = "") -> str:
+    return _xm.xla_device_kind(device or None)
+
+
+def _xla_memory_info(device: str) -> dict[str, int]:
+    return _xm.get_memory_info(device)
+
+
+def _xla_get_rng_seed(device: str = "") -> int:
+    return _xm.get_rng_state(device or None)
+
+
+def _xla_set_rng_seed(seed: int, device: str = "") -> None:
+    _xm.set_rng_state(seed, device or None)
+
+
+def _xla_sync_multi(
+    tensors: Sequence[torch.Tensor],
+    devices: Sequence[str] = (),
+    wait: bool = True,
+    sync_xla_data: bool = True,
+) -> None:
+    """Compute ``tensors`` (their pending graph only)."""
+    _xm.unlazy(list(tensors))
+
+
+def _xla_step_marker(
+    device: str = "", devices: Sequence[str] = (), wait: bool = True, reset_scope: bool = True
+) -> None:
+    from ..runtime import mark_step
+
+    mark_step(wait)
+
+
+def _xla_wait_device_ops(devices: Sequence[str] = ()) -> None:
+    _xm.wait_device_ops()
+
+
+def _xla_optimization_barrier_(tensors: Sequence[torch.Tensor]) -> None:
+    _xm.optimization_barrier_(list(tensors))
+
+
+def _get_stablehlo(
+    tensors: Sequence[torch.Tensor], device: str, devices: Sequence[str], bytecode: bool
+) -> bytes:
+    if bytecode:
+        return _xm.get_stablehlo_bytecode(list(tensors))
+    return _xm.get_stablehlo(list(tensors)).encode()
+
+
 def __getattr__(name: str) -> Any:
     # Graph helpers added to graph_dump later (stablehlo, graph hashes) resolve by name.
     if name.startswith("_get_"):
@@ -102,5 +177,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(
         f"torch_xla._XLAC.{name} has no xlalab counterpart. _XLAC is torch_xla's private binding; "
         "xlalab provides the calls the troubleshooting guide names (metrics report, counters, "
-        "devices, _get_xla_tensors_text/dot/hlo). Use xlalab.debug.metrics or xlalab.core.xla_model."
+        "devices, _get_xla_tensors_text/dot/hlo) and those HF transformers and accelerate make "
+        "(_xla_get_tensor_id, _xla_sync_multi, ...); docs/torch_xla_names.md lists them. "
+        "Use xlalab.debug.metrics or xlalab.core.xla_model."
     )
