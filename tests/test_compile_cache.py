@@ -99,3 +99,52 @@ def test_matmul_precision_setting_is_part_of_the_key(dev: torch.device, fresh_me
     finally:
         torch.set_float32_matmul_precision(before)
     assert counter("UncachedCompile") == 2 and counter("CachedCompile") == 1
+
+
+def test_the_in_memory_cache_is_bounded_least_recently_used_first(
+    dev: torch.device, fresh_metrics: None
+) -> None:
+    from xlalab.runtime import config
+
+    before = config.get("XLA_COMPILATION_CACHE_SIZE")
+    config.set("XLA_COMPILATION_CACHE_SIZE", 2)
+    graph.CACHE.clear()
+    try:
+        x = {n: torch.ones(n, device=dev) for n in (2, 3, 4)}
+        for n in (2, 3, 2, 4):  # 3 is the least recently used when 4 arrives
+            (x[n] * 2).sum().item()
+        assert len(graph.CACHE) == 2
+        assert counter("CompileCacheEviction") == 1
+        assert counter("UncachedCompile") == 3
+        (x[2] * 2).sum().item()  # still cached
+        assert counter("UncachedCompile") == 3
+        (x[3] * 2).sum().item()  # evicted: compiles again, with the same result
+        assert counter("UncachedCompile") == 4
+        assert "CompileCacheEviction" in met.metrics_report()
+    finally:
+        config.set("XLA_COMPILATION_CACHE_SIZE", before)
+
+
+_SECOND_RUN = """
+import torch
+import xlalab.core.xla_model as xm
+import xlalab.debug.metrics as met
+from xlalab.runtime import compile_cache
+compile_cache.configure({path!r}, min_compile_seconds=0)
+x = torch.arange(12.0, device=xm.xla_device()).reshape(3, 4)
+print((x @ x.t()).relu().sum().item(), met.counter_value("PersistentCacheHit") or 0)
+"""
+
+
+def test_a_second_run_finds_its_programs_in_the_persistent_cache(tmp_path: object) -> None:
+    import subprocess
+    import sys
+
+    code = _SECOND_RUN.format(path=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+            for _ in range(2)]  # fmt: skip
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    (value1, hits1), (value2, hits2) = (r.stdout.split() for r in runs)
+    assert value1 == value2 == "1134.0"
+    assert int(hits2) > int(hits1)  # the program the first run compiled was read back

@@ -70,6 +70,9 @@ def _start() -> None:
                 num_processes=config.get("XLALAB_NUM_PROCESSES"),
                 process_id=config.get("XLALAB_PROCESS_ID"),
             )
+    from . import compile_cache
+
+    compile_cache.configure_from_settings()
     _applied["XLA_NUM_DEVICES"] = n
 
 

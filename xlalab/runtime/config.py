@@ -101,6 +101,26 @@ declare(
 )
 declare("XLA_SYNC_WAIT", bool, False, "Block at every sync until the device has finished executing.")
 declare(
+    "XLA_COMPILATION_CACHE_SIZE",
+    int,
+    2048,
+    "How many compiled graphs stay in memory; past it the least recently used is dropped (counted as "
+    "CompileCacheEviction) and compiles again if it comes back.",
+)
+declare(
+    "XLA_PERSISTENT_CACHE_PATH",
+    str,
+    "~/.cache/xlalab/xla",
+    "Folder of the persistent compilation cache (JAX's): a later run finds the programs an earlier one "
+    "compiled and skips XLA's compile. Empty turns it off. Read when the first xla device is used.",
+)
+declare(
+    "XLA_PERSISTENT_CACHE_READ_ONLY",
+    bool,
+    False,
+    "Use the persistent compilation cache without adding to it (a cache shared by several jobs).",
+)
+declare(
     "XLALAB_CHECK_INDICES",
     bool,
     False,

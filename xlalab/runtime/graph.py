@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from . import backend, config, debug_files, events, index_checks, ir, metrics, promotion
+from . import backend, compile_cache, config, debug_files, events, index_checks, ir, metrics, promotion
 from .dtypes import to_jnp
 from .frames import user_frames
 from .ir import Node
@@ -115,7 +115,7 @@ class Program:
         return self.executable(datas, scalars)  # type: ignore[no-any-return]
 
 
-CACHE: dict[tuple[Any, ...], Program] = {}
+CACHE = compile_cache.ProgramCache()  # exact graph key -> Program
 
 
 def _instructions(graph: Graph) -> tuple[list[Any], list[int], int, int]:
@@ -620,7 +620,8 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
             device,
             len(graph.nodes),
         )
-        prog = CACHE[key] = compile_graph(graph, datas, scalars, reason)
+        prog = compile_graph(graph, datas, scalars, reason)
+        CACHE.put(key, prog)
     else:
         note_cache_hit(graph, prog, device, reason)
     t0 = time.perf_counter_ns()
