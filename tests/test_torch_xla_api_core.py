@@ -454,3 +454,22 @@ def test_grad_scaler_on_xla(dev: torch.device) -> None:
     scaler.step(opt)
     scaler.update()
     assert scaler.get_scale() == 4.0
+
+
+def test_send_cpu_data_to_device_as_torch_xla_returns_it(dev: torch.device) -> None:
+    w = torch.ones(2, requires_grad=True)
+    moved = xm.send_cpu_data_to_device(w, dev)
+    assert isinstance(moved, list) and len(moved) == 1  # a lone tensor comes back in a list
+    assert moved[0].device == dev and moved[0].requires_grad and moved[0].is_leaf
+    state = xm.send_cpu_data_to_device({"exp_avg": torch.zeros(3), "step": 4, "nested": [torch.ones(1)]}, dev)
+    assert state["exp_avg"].device == dev and state["step"] == 4 and state["nested"][0].device == dev
+
+
+def test_host_side_helpers_outside_replication(dev: torch.device) -> None:
+    assert xm.xla_rendezvous(b"hi") == [b"hi"]
+    with pytest.raises(TypeError, match="payload"):
+        xm.xla_rendezvous("text")  # type: ignore[arg-type]
+    x = torch.full((2,), 3.0, device=dev)
+    assert xm.do_on_ordinals(lambda t: t.device.type, (x,)) == "cpu"
+    assert xm.do_on_ordinals(lambda: 1, (), ordinals=[5]) is None
+    assert xm.xla_replication_devices() == ["CPU:0"]

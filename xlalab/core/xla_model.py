@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -53,7 +53,10 @@ def xla_device_hw(device: Any) -> str:
     return backend.hw_name()
 
 
-def xla_real_devices(devices: list[Any]) -> list[str]:
+def xla_real_devices(devices: list[Any] | None = None) -> list[str]:
+    """The real devices behind xla devices (all of them by default): ``['CPU:0', ...]``."""
+    if not devices:
+        devices = get_xla_supported_devices()
     return [f"{backend.hw_name()}:{torch.device(d).index or 0}" for d in devices]
 
 
@@ -318,21 +321,27 @@ def mesh_reduce(tag: str, data: Any, reduce_fn: Any) -> Any:
     return reduce_fn(replica.rendezvous(tag, _to_cpu_tree(data)))
 
 
-def send_cpu_data_to_device(data: Any, device: Any) -> Any:
+def send_cpu_data_to_device(data: Any, device: Any, input_sharding: Any = None) -> Any:
     """``data`` (tensors nested in lists, tuples and dicts) with every CPU tensor moved to ``device``.
 
-    Moves go straight to device data: safe from a background thread (ParallelLoader) while
-    replicas record, since nothing becomes pending IR.
+    As in torch_xla, a lone tensor comes back as a list of one tensor; each moved tensor keeps
+    its ``requires_grad``. Moves go straight to device data: safe from a background thread
+    (ParallelLoader) while replicas record, since nothing becomes pending IR.
     """
     from ..runtime.tensor import to_device_node, wrap
 
+    if input_sharding is not None:
+        raise NotImplementedError(
+            "send_cpu_data_to_device(input_sharding=...): xlalab has no SPMD sharding; leave it None"
+        )
     index = torch.device(device).index or 0
 
     def move(x: Any) -> Any:
         if isinstance(x, XlaTensor):
             return x.to(device) if (x.device.index or 0) != index else x
         if isinstance(x, torch.Tensor):
-            return wrap(to_device_node(x, index))
+            moved = wrap(to_device_node(x.detach(), index))
+            return moved.requires_grad_(x.requires_grad) if x.requires_grad else moved
         if isinstance(x, dict):
             return type(x)((k, move(v)) for k, v in x.items())
         if isinstance(x, tuple) and hasattr(x, "_fields"):
@@ -341,6 +350,8 @@ def send_cpu_data_to_device(data: Any, device: Any) -> Any:
             return type(x)(move(v) for v in x)
         return x
 
+    if type(data) is torch.Tensor:
+        data = [data]
     return move(data)
 
 
@@ -660,7 +671,13 @@ def xla_device_kind(device: Any = None) -> str:
     return str(backend.jax_device(_device_index(device)).device_kind)
 
 
-def get_memory_info(device: Any = None) -> dict[str, int]:
+class MemoryInfo(TypedDict):
+    bytes_used: int
+    bytes_limit: int
+    peak_bytes_used: int
+
+
+def get_memory_info(device: Any = None) -> MemoryInfo:
     """``{'bytes_used', 'bytes_limit', 'peak_bytes_used'}`` of an xla device.
 
     From the device's allocator (JAX's ``memory_stats()``) on GPU and TPU. The CPU platform
@@ -797,3 +814,71 @@ class RateTracker:
         delta = time.time() - self._start_time
         count = self._partial_count + self._count
         return count / delta if delta > 0 else 0.0
+
+
+# --------------------------------------------------------------------------- bucketized and host-side helpers
+
+
+def all_gather_bucketized(
+    input_list: list[torch.Tensor],
+    dim: int = 0,
+    groups: list[list[int]] | None = None,
+    output: list[torch.Tensor] | None = None,
+    pin_layout: bool = False,
+    bucket_cap_mb: int = 160,
+) -> list[torch.Tensor]:
+    """:func:`all_gather` of each tensor of ``input_list``; XLA combines the gathers of one
+    step's program, so there are no buckets to size."""
+    return all_gather(list(input_list), dim, groups, output, pin_layout)  # type: ignore[no-any-return]
+
+
+def reduce_scatter_bucketized(
+    reduce_type: str,
+    input_list: list[torch.Tensor],
+    scale: float,
+    scatter_dim: int,
+    shard_count: int,
+    groups: list[list[int]] | None = None,
+    output: list[torch.Tensor] | None = None,
+    pin_layout: bool = False,
+    bucket_cap_mb: int = 160,
+) -> list[torch.Tensor]:
+    """:func:`reduce_scatter` of each tensor of ``input_list`` (see :func:`all_gather_bucketized`)."""
+    return reduce_scatter(  # type: ignore[no-any-return]
+        reduce_type, list(input_list), scale, scatter_dim, shard_count, groups, output, pin_layout
+    )
+
+
+def all_reduce_bucketized_gradients(
+    gradients: list[torch.Tensor],
+    scale: float,
+    groups: list[list[int]] | None,
+    pin_layout: bool,
+    bucket_cap_mb: int = 0,
+) -> None:
+    """Sum ``gradients`` across the replicas in place, times ``scale`` (one all-reduce)."""
+    all_reduce(REDUCE_SUM, list(gradients), scale=scale, groups=groups, pin_layout=pin_layout)
+
+
+def xla_replication_devices(local_devices: list[Any] | None = None) -> list[str]:
+    """The real devices replication runs over (``['CPU:0', 'CPU:1', ...]``)."""
+    return xla_real_devices(local_devices or get_xla_supported_devices())
+
+
+def xla_rendezvous(
+    payload: bytes = b"", ordinals: list[int] | None = None, tag: str | None = None
+) -> list[bytes]:
+    """Every replica's ``payload`` (bytes), by ordinal; a barrier for the replicas."""
+    if not isinstance(payload, bytes):
+        raise TypeError(f"`payload` must be bytes, not {type(payload).__name__}")
+    return rendezvous(tag or "xla_rendezvous", payload, ordinals)
+
+
+def do_on_ordinals(target: Any, data: Any = (), ordinals: Any = (0,)) -> Any:
+    """``target(*data)`` (xla tensors in ``data`` on the CPU) on the replicas in ``ordinals``
+    only; the others get None. All replicas meet at a rendezvous afterwards."""
+    wanted = {ordinals} if isinstance(ordinals, int) else set(ordinals)
+    running = get_ordinal() in wanted
+    result = target(*_to_cpu_tree(data)) if running else None
+    rendezvous("torch_xla.core.xla_model.do_on_ordinals")
+    return result

@@ -121,7 +121,7 @@ def _xla_device_kind(device: str = "") -> str:
     return _xm.xla_device_kind(device or None)
 
 
-def _xla_memory_info(device: str) -> dict[str, int]:
+def _xla_memory_info(device: str) -> _xm.MemoryInfo:
     return _xm.get_memory_info(device)
 
 

@@ -149,7 +149,10 @@ class ParallelLoader:
                     self.dropped += n
                 else:
                     for device, b in zip(self._devices, batches):
-                        if not self._put(device, xm.send_cpu_data_to_device(b, device)):
+                        moved = xm.send_cpu_data_to_device(b, device)
+                        if type(b) is torch.Tensor:
+                            moved = moved[0]  # torch_xla's list of one, for a lone tensor
+                        if not self._put(device, moved):
                             return
                     self.rounds += 1
                 batches = []
