@@ -19,7 +19,7 @@ from . import config, metrics
 # Entries larger than this total are dropped from the disk cache, oldest first.
 DISK_LIMIT_BYTES = 2 * 2**30
 
-_state: dict[str, Any] = {"path": None, "read_only": False}
+_state: dict[str, Any] = {"path": None, "read_only": False, "explicit": False}
 
 
 def configure(path: str, read_only: bool = False, min_compile_seconds: float | None = None) -> str | None:
@@ -28,6 +28,8 @@ def configure(path: str, read_only: bool = False, min_compile_seconds: float | N
     Returns the folder in use, or None when off or when the folder cannot be made (a warning says
     why: a cache must never stop the program).
     """
+    _state["explicit"] = True
+    _reset_jax_cache()
     if not path:
         jax.config.update("jax_compilation_cache_dir", None)
         _state.update(path=None, read_only=False)
@@ -68,8 +70,20 @@ jax.monitoring.register_event_listener(_on_jax_event)
 
 
 def configure_from_settings() -> None:
-    """Apply XLA_PERSISTENT_CACHE_PATH / _READ_ONLY (done when the backends start)."""
-    configure(config.get("XLA_PERSISTENT_CACHE_PATH"), config.get("XLA_PERSISTENT_CACHE_READ_ONLY"))
+    """Apply XLA_PERSISTENT_CACHE_PATH / _READ_ONLY (done when the backends start), unless the
+    program already chose a cache (``xr.initialize_cache``)."""
+    if not _state.get("explicit"):
+        configure(config.get("XLA_PERSISTENT_CACHE_PATH"), config.get("XLA_PERSISTENT_CACHE_READ_ONLY"))
+
+
+def _reset_jax_cache() -> None:
+    """JAX opens its cache once, at the first compile: let a new folder take effect."""
+    try:
+        from jax._src import compilation_cache
+
+        compilation_cache.reset_cache()
+    except (ImportError, AttributeError):
+        pass
 
 
 def disk_cache() -> dict[str, Any]:
