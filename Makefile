@@ -1,7 +1,8 @@
 # Everything the project needs is installed by these targets, on a fresh machine too.
 # PYTHON names the Python to install into and run with: python3 on PATH by default, or any other,
-# e.g. `make PYTHON=venv/bin/python install` with the venv not activated. Nothing is looked up on
-# PATH that this Python did not install: its tools run as `$(PYTHON) -m ...`.
+# e.g. `make PYTHON=venv/bin/python install` with the venv not activated. Python tools run as
+# `$(PYTHON) -m ...`, never looked up on PATH (which may hold another environment's, or none);
+# PATH supplies only the system's make, npm/node and apt-get.
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 
@@ -66,6 +67,7 @@ export LABEXTENSION_LINK
 # The extension is built before the first `pip install -e` (whose build hook would otherwise
 # build it again).
 $(STAMP): pyproject.toml $(LOCK) | $(EXT_BUILD)
+	@command -v $(PYTHON) >/dev/null || { echo "PYTHON=$(PYTHON): no such Python (name an interpreter, e.g. venv/bin/python)"; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "xlalab needs Python 3.10 or newer")'
 	# torch==2.13.0 resolves to the local CPU wheel (pip.conf's find-links); an unpinned torch would
 	# pull CUDA.

@@ -113,9 +113,10 @@ def _bare_path() -> str:
 
 
 def _env(path: str) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON", "CONDA", "JUPYTER"))
-    }
+    """This environment with another PATH, less what would point a child at another Python
+    environment, and less an outer make's flags (`make test` runs pytest)."""
+    dropped = ("VIRTUAL_ENV", "PYTHON", "CONDA", "JUPYTER", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
     env["PATH"] = path
     return env
 
@@ -357,16 +358,17 @@ def _git_status(repo: Path) -> str:
 
 
 @pytest.fixture
-def lab_server(lab_repo: Path) -> Iterator[tuple[str, str]]:
+def lab_server(lab_repo: Path, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """`make lab` in the copy (its install step taken as done: this Python is installed)."""
     port, token = _free_port(), "xlalab-test-token"
     args = f"--no-browser --port {port} --ServerApp.token={token} --ServerApp.ip=127.0.0.1"
+    log = (tmp_path / "lab.log").open("w")
     proc = subprocess.Popen(
         ["make", "-o", "install", f"PYTHON={sys.executable}", f"LAB_ARGS={args}", "lab"],
         cwd=lab_repo,
-        stdout=subprocess.PIPE,
+        env=_env(os.environ["PATH"]),
+        stdout=log,
         stderr=subprocess.STDOUT,
-        text=True,
         start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
@@ -378,7 +380,7 @@ def lab_server(lab_repo: Path) -> Iterator[tuple[str, str]]:
                     break
             except (urllib.error.URLError, ConnectionError):
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    out = proc.stdout.read() if proc.stdout else ""
+                    out = (tmp_path / "lab.log").read_text()
                     pytest.fail(f"make lab did not serve on {base}:\n{out[-4000:]}", pytrace=False)
                 time.sleep(0.5)
         yield base, token
@@ -389,6 +391,7 @@ def lab_server(lab_repo: Path) -> Iterator[tuple[str, str]]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        log.close()
 
 
 def _api(base: str, token: str, method: str, path: str, body: object = None) -> dict[str, object]:
@@ -433,23 +436,23 @@ def test_make_lab_leaves_the_repository_clean(lab_repo: Path, lab_server: tuple[
 
 
 def test_lab_copies_keep_edits_until_the_tracked_notebook_changes(lab_repo: Path) -> None:
-    make = ["make", f"PYTHON={sys.executable}", "lab-notebooks"]
+    make, env = ["make", f"PYTHON={sys.executable}", "lab-notebooks"], _env(os.environ["PATH"])
     name = "stepping.ipynb"
     tracked, copy = lab_repo / "examples" / name, lab_repo / ".lab" / "examples" / name
-    subprocess.run(make, cwd=lab_repo, check=True, capture_output=True)
+    subprocess.run(make, cwd=lab_repo, env=env, check=True, capture_output=True)
     assert copy.read_bytes() == tracked.read_bytes()
 
     edited = copy.read_bytes().replace(
         b'"cells": [', b'"cells": [\n  {"cell_type": "raw", "metadata": {}, "source": ["my note"]},', 1
     )
     copy.write_bytes(edited)
-    subprocess.run(make, cwd=lab_repo, check=True, capture_output=True)
+    subprocess.run(make, cwd=lab_repo, env=env, check=True, capture_output=True)
     assert copy.read_bytes() == edited, "make lab overwrote the user's edits"
 
     # The tracked notebook changes (a pull): the copy follows it, and the edited one is kept.
     future = time.time() + 5
     os.utime(tracked, (future, future))
-    out = subprocess.run(make, cwd=lab_repo, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(make, cwd=lab_repo, env=env, check=True, capture_output=True, text=True).stdout
     assert copy.read_bytes() == tracked.read_bytes()
     assert (copy.parent / "stepping.previous.ipynb").read_bytes() == edited
     assert "stepping.previous.ipynb" in out
