@@ -473,3 +473,25 @@ def test_host_side_helpers_outside_replication(dev: torch.device) -> None:
     assert xm.do_on_ordinals(lambda t: t.device.type, (x,)) == "cpu"
     assert xm.do_on_ordinals(lambda: 1, (), ordinals=[5]) is None
     assert xm.xla_replication_devices() == ["CPU:0"]
+
+
+def test_more_utils_and_xmp_helpers(dev: torch.device, capsys: pytest.CaptureFixture[str]) -> None:
+    import xlalab.distributed.xla_multiprocessing as xmp
+    from xlalab.runtime import backend
+
+    data = {"a": [torch.ones(1), 2], "b": (torch.zeros(1),)}
+    out = xu.for_each_instance_rewrite(data, lambda v: isinstance(v, torch.Tensor), lambda t: t + 1)
+    assert out["a"][0].item() == 2.0 and out["a"][1] == 2 and out["b"][0].item() == 1.0
+    assert xu.parallel_work(2, lambda a, b: a * b, [1, 2, 3], [4, 5, 6]) == [4, 10, 18]
+    ports = xu.get_free_tcp_ports(2)
+    assert len(set(ports)) == 2 and all(p > 0 for p in ports)
+    with xu.TimedScope("took "):
+        pass
+    assert capsys.readouterr().err.startswith("took ")
+    wrapped = xmp.MpModelWrapper(torch.nn.Linear(2, 2))
+    replica_model = wrapped.to(dev)
+    assert next(replica_model.parameters()).device == dev
+    assert xmp.MpSerialExecutor().run(lambda: 7) == 7
+    xr.set_device_type("CPU")  # the platform already running: accepted
+    with pytest.raises(backend.DeviceError, match="already CPU"):
+        xr.set_device_type("TPU")

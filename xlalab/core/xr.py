@@ -14,6 +14,21 @@ import torch
 from ..runtime import backend
 
 
+def set_device_type(pjrt_device: str) -> None:
+    """Choose the platform (``CPU``, ``CUDA``, ``TPU``) before the first xla device is used,
+    as ``PJRT_DEVICE`` does."""
+    from ..runtime import config
+
+    if backend.started():
+        if pjrt_device.upper() in (backend.hw_name(), "GPU" if backend.hw_name() == "CUDA" else ""):
+            return
+        raise backend.DeviceError(
+            f"set_device_type({pjrt_device!r}): the xla devices are already {backend.hw_name()}; "
+            "call it before the first xla device is used, or set PJRT_DEVICE at start"
+        )
+    config.set("PJRT_DEVICE", pjrt_device)
+
+
 def device_type() -> str:
     """The hardware behind the xla devices: ``CPU``, ``CUDA`` or ``TPU``."""
     return backend.hw_name()
@@ -181,6 +196,7 @@ __all__ = [
     "process_count",
     "process_index",
     "runtime_device_attributes",
+    "set_device_type",
     "use_spmd",
     "world_size",
 ]

@@ -10,6 +10,7 @@ multi-host run each process spawns over its own devices and the group spans all 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -36,4 +37,32 @@ def spawn(
     return group.run(lambda replica: fn(replica.index, *args), name="spawn replica")
 
 
-__all__ = ["spawn"]
+class MpModelWrapper:
+    """torch_xla's wrapper that shares one model between spawned processes. xlalab's replicas
+    are threads of one process, so they share the model already: ``to(device)`` gives each
+    replica its own copy on its device, made from the one model."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self._lock = threading.Lock()
+
+    def to(self, device: Any) -> Any:
+        import copy
+
+        with self._lock:
+            return copy.deepcopy(self._model).to(device)
+
+
+class MpSerialExecutor:
+    """Runs functions one replica at a time (``run(fn)``), e.g. a dataset download or a file
+    write that must not happen concurrently."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def run(self, fn: Callable[[], Any]) -> Any:
+        with self._lock:
+            return fn()
+
+
+__all__ = ["MpModelWrapper", "MpSerialExecutor", "spawn"]

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import sys
 import tempfile
+import time
 import weakref
 from collections.abc import Callable, Iterator
+from concurrent import futures
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -167,15 +171,133 @@ def flatten_nested_tuple(inputs: Any) -> tuple[Any, ...]:
     return tuple(_iter_nested(inputs))
 
 
+class Cleaner:
+    """Calls ``func`` when this object is garbage collected."""
+
+    def __init__(self, func: Callable[[], Any]) -> None:
+        self.func = func
+
+    def __del__(self) -> None:
+        self.func()
+
+
+class DataWrapper:
+    """Base for objects that carry CPU tensors to send to a device: ``get_tensors()`` lists
+    them, ``from_tensors(tensors)`` builds the object back from their device copies."""
+
+    def get_tensors(self) -> list[Any]:
+        raise NotImplementedError(f"{type(self).__name__}.get_tensors() is missing")
+
+    def from_tensors(self, tensors: list[Any]) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.from_tensors() is missing")
+
+
+def for_each_instance_rewrite(value: Any, select_fn: Callable[[Any], bool], fn: Callable[[Any], Any]) -> Any:
+    """``value`` rebuilt with every selected object replaced by ``fn(obj)`` (each object once)."""
+    done: dict[int, Any] = {}
+
+    def rewrite(v: Any) -> Any:
+        if id(v) in done:
+            return done[id(v)]
+        if select_fn(v):
+            out = fn(v)
+        elif isinstance(v, dict):
+            out = type(v)((rewrite(k), rewrite(x)) for k, x in v.items())
+        elif isinstance(v, tuple) and hasattr(v, "_fields"):
+            out = type(v)(*[rewrite(x) for x in v])
+        elif isinstance(v, (list, tuple, set)):
+            out = type(v)(rewrite(x) for x in v)
+        else:
+            out = v
+        done[id(v)] = out
+        return out
+
+    return rewrite(value)
+
+
+def list_copy_append(ilist: list[Any], item: Any) -> list[Any]:
+    return [*ilist, item]
+
+
+def null_print(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def eprint(*args: Any, **kwargs: Any) -> None:
+    print(*args, file=sys.stderr, **kwargs)
+
+
+def get_print_fn(debug: bool | None = None) -> Callable[..., None]:
+    """``eprint`` when ``debug`` (default: the DEBUG environment variable), else ``null_print``."""
+    if debug is None:
+        debug = int(os.environ.get("DEBUG", "0")) > 0
+    return eprint if debug else null_print
+
+
+def timed(fn: Callable[[], T], msg: str = "", printfn: Callable[..., None] = eprint) -> T:
+    """``fn()``, printing how long it took after ``msg``."""
+    start = time.time()
+    result = fn()
+    printfn(f"{msg}{time.time() - start:.2f}s")
+    return result
+
+
+def get_free_tcp_ports(n: int = 1) -> list[int]:
+    """``n`` TCP ports free on this machine now (the OS picks them)."""
+    sockets = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def parallel_work(num_workers: int, fn: Callable[..., T], *args: Any) -> list[T]:
+    """``fn`` over the zipped ``args`` on ``num_workers`` threads; the results in order."""
+    with futures.ThreadPoolExecutor(max_workers=num_workers) as executor:
+        return list(executor.map(fn, *args))
+
+
+class TimedScope:
+    """``with TimedScope("step: "):`` prints the time the block took."""
+
+    def __init__(self, msg: str = "", printfn: Callable[..., None] = eprint) -> None:
+        self._msg = msg
+        self._printfn = printfn
+        self._start = 0.0
+
+    def __enter__(self) -> TimedScope:
+        self._start = time.time()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._printfn(f"{self._msg}{time.time() - self._start:.2f}s")
+
+
 __all__ = [
+    "Cleaner",
+    "DataWrapper",
     "FnDataGenerator",
     "LazyProperty",
     "SampleGenerator",
+    "TimedScope",
     "TmpFolder",
     "as_list",
     "check_env_flag",
+    "eprint",
     "flatten_nested_tuple",
     "for_each_instance",
+    "for_each_instance_rewrite",
+    "get_free_tcp_ports",
+    "get_print_fn",
     "getenv_as",
+    "list_copy_append",
+    "null_print",
+    "parallel_work",
     "shape",
+    "timed",
 ]
