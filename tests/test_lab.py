@@ -378,3 +378,113 @@ def test_a_loop_without_a_step_barrier_is_named_at_the_cells_end(shell: Shell) -
     assert "No step barrier" not in shell.ok("xm.mark_step()\nfor _ in range(3):\n    step(8)")
     assert "No step barrier" not in shell.ok("loss = step_without_barrier(8)")
     shell.ok("xm.mark_step()")
+
+
+def _cell_line(code: str, marker: str) -> int:
+    return next(i for i, line in enumerate(code.splitlines(), 1) if line.endswith(f"# {marker}"))
+
+
+CAUSES = """\
+import torch, xlalab.core.xla_model as xm
+dev = xm.xla_device()
+w = torch.ones(4, 8, device=dev) * WIDTH
+kept = []
+
+def head(n):
+    out = (w * 2)[:, :n].sum()  # SLICE
+    xm.mark_step()
+    return out
+
+def branch(flag):
+    y = w * 3
+    if flag:
+        y = y.relu()  # BRANCH
+    s = y.sum()
+    xm.mark_step()
+    return s
+
+def outputs(keep):
+    y = w * 5  # KEPT
+    s = y.sum()
+    if keep:
+        kept.append(y)
+    del y
+    xm.mark_step()
+    return s
+
+def train(read):
+    h = w * 7
+    loss = h.sum()
+    if read:
+        loss.item()  # READ
+    out = (h * 2).sum()
+    xm.mark_step()
+    return out
+
+def dynamic(x):
+    idx = torch.nonzero(x > 0)  # NONZERO
+    total = (idx * 2).sum()
+    xm.mark_step()
+    return total
+"""
+
+
+@pytest.fixture
+def causes(shell: Shell) -> tuple[Shell, int]:
+    shell.ok(CAUSES.replace("WIDTH", "1.5"))
+    return shell, shell.sh.execution_count - 1
+
+
+def test_a_changed_slice_bound_names_the_op_both_values_and_its_line(causes: tuple[Shell, int]) -> None:
+    shell, defined = causes
+    shell.ok("for _ in range(2):\n    head(3)")
+    out = shell.ok("head(5)")
+    line = _cell_line(CAUSES, "SLICE")
+    assert "xlalab: Recompiled: an integer baked into the graph changed (once)" in out, out
+    assert f"  aten::slice end: 3 → 5 at cell [{defined}], line {line}: out = (w * 2)[:, :n].sum()" in out
+    assert f"  at cell [{defined}], line {line} in head: out = (w * 2)[:, :n].sum()" in out
+
+
+def test_a_different_code_path_names_the_first_different_op_and_its_line(causes: tuple[Shell, int]) -> None:
+    shell, defined = causes
+    shell.ok("for _ in range(2):\n    branch(False)")
+    out = shell.ok("branch(True)")
+    line = _cell_line(CAUSES, "BRANCH")
+    assert "xlalab: Recompiled: the graph's structure changed (once)" in out, out
+    at = f"cell [{defined}], line {line}"
+    assert f"  the first different op: aten::sum became aten::relu at {at}: y = y.relu()" in out
+    assert f"  at cell [{defined}], line {line} in branch: y = y.relu()" in out
+
+
+def test_a_tensor_kept_alive_names_the_extra_output_and_where_it_was_made(causes: tuple[Shell, int]) -> None:
+    shell, defined = causes
+    shell.ok("for _ in range(2):\n    outputs(False)")
+    out = shell.ok("outputs(True)")
+    line = _cell_line(CAUSES, "KEPT")
+    assert "xlalab: Recompiled: the set of live outputs changed (once)" in out, out
+    at = f"cell [{defined}], line {line}: y = w * 5"
+    assert f"  1 output → 2 outputs; now also returned: aten::mul (f32[4,8]) at {at}" in out
+    assert "a tensor of this step is still referenced (kept in a list" in out
+
+
+def test_a_recompile_caused_by_a_read_is_folded_under_the_read(causes: tuple[Shell, int]) -> None:
+    shell, defined = causes
+    shell.ok("for _ in range(2):\n    train(False)")
+    out = shell.ok("train(True)")
+    assert "Recompiled" not in out, out
+    assert "xlalab: .item() cut the step" in out, out
+    assert f"  at cell [{defined}], line {_cell_line(CAUSES, 'READ')} in train: loss.item()" in out
+    assert "so the rest of the step is another graph: it recompiled at cell" in out
+    # The same step again: the graphs are cached, nothing new to say about the barrier.
+    assert "recompiled" not in shell.ok("train(True)")
+
+
+def test_a_data_dependent_shape_names_the_op_that_made_it(causes: tuple[Shell, int]) -> None:
+    shell, defined = causes
+    shell.ok("x = torch.tensor([1.0, -1.0, 2.0, 3.0], device=dev)\nfor _ in range(2):\n    dynamic(x)")
+    out = shell.ok("dynamic(torch.tensor([1.0, -1.0, -2.0, 3.0], device=dev))")
+    line = _cell_line(CAUSES, "NONZERO")
+    assert "xlalab: Recompiled: an input's shape changed (once)" in out, out
+    assert "idx: s64[3,1] → s64[2,1]" in out
+    assert "idx is the result of aten::nonzero, whose output shape depends on the data" in out
+    assert f"  at cell [{defined}], line {line} in dynamic: idx = torch.nonzero(x > 0)" in out

@@ -19,7 +19,7 @@ torch.manual_seed(0)
 """
 
 STEP = """\
-opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
 def step(x, y):
     opt.zero_grad()

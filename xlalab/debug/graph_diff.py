@@ -215,10 +215,14 @@ def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
         dropped = tuple(i for i, (a, b) in enumerate(zip(old, new)) if a.output and not b.output)
         first = (extra or dropped)[0]
         return Change(
-            "outputs", first, new[first].name, f"{sum(s.output for s in old)} outputs",
-            f"{sum(s.output for s in new)} outputs", new[first].made, extra=extra, dropped=dropped,
+            "outputs", first, new[first].name, _outputs(sum(s.output for s in old)),
+            _outputs(sum(s.output for s in new)), new[first].made, extra=extra, dropped=dropped,
         )  # fmt: skip
     return Change("settings")
+
+
+def _outputs(n: int) -> str:
+    return "1 output" if n == 1 else f"{n} outputs"
 
 
 def _args_str(consts: Sequence[tuple[str, str]]) -> str:

@@ -130,6 +130,7 @@ class Watcher:
         self._cell_steps = 0  # step barriers (mark_step) in the cell running now
         # Reads that ran pending IR since the last step barrier: (reason, user frames).
         self._step_reads: list[tuple[str, list[Frame]]] = []
+        self._dynamic_ops: dict[Frame, str] = {}  # lines whose CPU fallback has a data-dependent shape
         self._lock = threading.RLock()
         self._unsubscribe: Callable[[], None] | None = None
         self.compiling: dict[str, Any] | None = None  # the compile_start event of a compile under way
@@ -365,6 +366,13 @@ class Watcher:
                     sent = frame
                     break
             details = [f"{name} was sent to the device{self._at(sent)}"] if sent is not None else []
+            dynamic = self._dynamic_ops.get(sent) if sent is not None else None
+            if dynamic is not None:
+                details.insert(
+                    0,
+                    f"{name} is the result of {dynamic}, whose output shape depends on the data: use a "
+                    "fixed-size form (a mask and torch.where, or pad to a maximum size)",
+                )
             message = f"{name}: {change.old} → {change.new}"
             return _Cause("input_shape", f"an input's {what} changed", message, sent, details)
         held_by = _name_of(graph.nodes[change.index], self.cells) if change.index is not None else None
@@ -523,6 +531,8 @@ class Watcher:
             return None
         frames = self.cells.user_frames(ev.frames)
         site = frames[0] if frames else None
+        if ev.op in DYNAMIC_SHAPE_OPS and site is not None:
+            self._dynamic_ops[site] = ev.op
         details = ["its inputs were copied to the host, the op ran in eager PyTorch, the result came back"]
         if ev.op in DYNAMIC_SHAPE_OPS:
             details.append(
