@@ -2,7 +2,9 @@
 
 - :mod:`xlalab.distributed.data_parallel`: the seeds' ``DataParallel`` (``torch_xla_py.data_parallel``);
 - :mod:`xlalab.distributed.parallel_loader`: ``ParallelLoader``, ``MpDeviceLoader``;
-- ``xlalab.core.xla_model``: ``all_reduce``, ``mesh_reduce``, ``get_ordinal``, ``xrt_world_size``;
+- ``xlalab.core.xla_model``: ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``,
+  ``collective_permute``, ``collective_broadcast`` (XLA collectives in the replicated program),
+  ``mesh_reduce``, ``get_ordinal``, ``xrt_world_size``;
 - :func:`initialize`: join a multi-host run (JAX's distributed runtime), see docs/distributed.md.
 """
 
