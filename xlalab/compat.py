@@ -67,6 +67,7 @@ _ALIASES = {
     "torch_xla.runtime": "xlalab.core.xr",
     "torch_xla_py.xla_model": "xlalab.core.xla_model",
     "torch_xla_py.data_parallel": "xlalab.distributed.data_parallel",
+    "torch_xla.core.dynamo_bridge": "xlalab.dynamo.bridge",
 }
 # Packages with no single xlalab counterpart: fresh modules, filled in by _fill.
 _PACKAGES = ("torch_xla", "torch_xla_py", "torch_xla.distributed")

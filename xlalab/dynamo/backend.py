@@ -1,0 +1,50 @@
+"""The ``"xlalab"`` dynamo backend: AOTAutograd, then one XLA program per graph.
+
+``torch.compile(model, backend="xlalab")``: dynamo captures the model's graphs, AOTAutograd
+turns each into a functional aten forward graph and, when something needs gradients, a
+backward graph; each of those becomes one compiled program (``executable.CompiledGraph``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch import fx
+
+from . import integration, report
+from .executable import CompiledGraph
+
+
+def _compiler(label: str, part: str) -> Callable[[fx.GraphModule, list[Any]], Callable[..., Any]]:
+    def compile_part(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        from functorch.compile import make_boxed_func
+
+        compiled = CompiledGraph(gm, f"{label}, {part}")
+        report.note_aot_graph(label, part, gm)
+        return make_boxed_func(compiled)  # type: ignore[no-any-return]
+
+    return compile_part
+
+
+def backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
+    """A dynamo backend: ``torch.compile(fn, backend=xlalab.dynamo.backend)`` or ``backend="xlalab"``."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    integration.install()
+    label = report.note_dynamo_graph(gm)
+    aot = aot_autograd(
+        fw_compiler=_compiler(label, "forward"), bw_compiler=_compiler(label, "backward"), **kwargs
+    )
+    return aot(gm, example_inputs)  # type: ignore[no-any-return]
+
+
+def register() -> None:
+    """``backend="xlalab"`` for torch.compile (idempotent)."""
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    if "xlalab" not in _COMPILER_FNS:
+        register_backend(compiler_fn=backend, name="xlalab")
+
+
+__all__ = ["backend", "register"]

@@ -1,0 +1,455 @@
+"""One FX graph from dynamo (or AOTAutograd) as one compiled XLA program.
+
+The graph is not lowered by a second op table: on its first call it runs once on ``xla``
+placeholder tensors, so every op goes through the runtime's own dispatch (views, in-place
+updates, random ops, decompositions and the lowering table). The IR that run records, the
+graph's outputs plus every input it wrote to, is linearized and compiled by the runtime's
+``graph.compile_graph`` into one ``jax.jit`` executable (shared with lazy mode's cache).
+Every later call is one executable call: the inputs' device arrays in, device data out.
+
+Semantics kept from eager:
+
+- inputs the graph writes to (in-place ops, ``copy_`` into a buffer) are updated in place;
+- random ops draw fresh numbers from the device RNG on every call (seed and offset are fed
+  per call, as lazy mode does per op);
+- CPU tensor inputs (an optimizer's ``step`` counter) are sent over on each call and CPU
+  outputs are brought back;
+- a graph whose values cannot be computed in one program (an op without a lowering runs on the
+  CPU, or a value is read in the middle) runs lazily on every call instead, with a warning
+  naming the op.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+import torch
+from torch import fx
+
+from xlalab.runtime import backend, config, events, graph, index_checks, ir, metrics, tensor
+from xlalab.runtime.device import rng_operands
+from xlalab.runtime.frames import user_frames
+from xlalab.runtime.tensor import XlaTensor
+
+from . import report
+from .report import DynamoExecuteEvent
+
+_EAGER_SETTING = "XLA_USE_EAGER_DEBUG_MODE"
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def _device_of(args: Sequence[Any]) -> int | None:
+    for a in args:
+        if isinstance(a, XlaTensor):
+            return int(a._st.device)
+    return None
+
+
+def _array(t: Any, dev: int) -> Any:
+    """The device array holding ``t``'s value now (pending work is synced first)."""
+    if isinstance(t, XlaTensor):
+        n = t._st.node
+        if not t._chain and n.op is ir.DATA:
+            return n.value
+        return graph.materialize([tensor.value(t)], [t._st], "dynamo_input")[0]
+    return tensor.to_device_node(t.detach(), dev).value
+
+
+def _is_static(gm: fx.GraphModule) -> bool:
+    """Whether every placeholder is a tensor of fixed shape (dynamo's guards then fix the shapes)."""
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            return False
+        if any(not isinstance(s, int) for s in val.shape):
+            return False
+    return True
+
+
+def _key(args: Sequence[Any]) -> tuple[Any, ...]:
+    """What a variant of a dynamic graph is specialized on: tensor shapes and dtypes, other values."""
+    return tuple(
+        (tuple(a.shape), a.dtype, a.device.type) if isinstance(a, torch.Tensor) else (type(a), a)
+        for a in args
+    )
+
+
+# ----------------------------------------------------------------------------- one compiled variant
+
+
+@dataclass
+class _Output:
+    kind: str  # "root" (an executable output), "input" (an argument itself) or "const"
+    index: int = 0
+    shape: tuple[int, ...] = ()
+    dtype: torch.dtype = torch.float32
+    cpu: bool = False
+    value: Any = None
+
+
+@dataclass
+class Variant:
+    """The executable for one set of input shapes, and how its inputs and outputs map."""
+
+    program: Any
+    ir_graph: graph.Graph
+    device: int
+    leaves: list[Any]  # per data leaf: an argument index (int) or a constant array
+    inputs: list[tuple[int, int]]  # (data leaf position, argument index)
+    scalars: list[float]
+    rng: list[tuple[int, int]]  # (seed position, offset position) in ``scalars``, per random op
+    outputs: list[_Output]
+    mutations: list[tuple[int, int, tuple[int, ...], torch.dtype]]  # (root, argument, shape, dtype)
+    fixed_scalars: Any = None
+    checks: list[Any] = field(default_factory=list)  # XLALAB_CHECK_INDICES flags, the last outputs
+
+    def __post_init__(self) -> None:
+        if not self.rng:
+            self.fixed_scalars = jax.device_put(
+                np.asarray(self.scalars, np.float64), backend.jax_device(self.device)
+            )
+
+    def run(self, args: Sequence[Any], name: str) -> list[Any]:
+        dev = self.device
+        datas = list(self.leaves)
+        for pos, k in self.inputs:
+            datas[pos] = _array(args[k], dev)
+        scalars = self.fixed_scalars
+        if scalars is None:
+            vals = list(self.scalars)
+            for seed_pos, offset_pos in self.rng:
+                seed, offset = rng_operands(dev)
+                vals[seed_pos] = seed.value
+                vals[offset_pos] = offset.value
+            scalars = jax.device_put(np.asarray(vals, np.float64), backend.jax_device(dev))
+        t0 = time.perf_counter_ns()
+        outs = self.program(datas, scalars)
+        if config.get("XLA_SYNC_WAIT"):
+            jax.block_until_ready(outs)
+        dt = time.perf_counter_ns() - t0
+        metrics.record("ExecuteTime", dt)
+        metrics.count("ExecuteComputation")
+        if events.listening():
+            events.publish(
+                DynamoExecuteEvent(
+                    graph_hash=self.program.graph_hash,
+                    seconds=dt / 1e9,
+                    device=f"xla:{dev}",
+                    frames=user_frames(),
+                    name=name,
+                    graph=self.ir_graph,
+                )
+            )
+        if self.checks:
+            index_checks.raise_if_out_of_range(self.checks, list(outs[-len(self.checks) :]))
+        for root, k, shape, dtype in self.mutations:
+            _write_back(args[k], ir.data(outs[root], shape, dtype, dev))
+        results: list[Any] = []
+        for o in self.outputs:
+            if o.kind == "root":
+                t = tensor.wrap(ir.data(outs[o.index], o.shape, o.dtype, dev))
+                results.append(tensor.to_cpu(t, "dynamo_output") if o.cpu else t)
+            elif o.kind == "input":
+                results.append(args[o.index])
+            elif isinstance(o.value, torch.Tensor):
+                results.append(o.value.clone())  # a fresh tensor per call, as eager makes one
+            else:
+                results.append(o.value)
+        return results
+
+
+def _write_back(target: Any, node: ir.Node) -> None:
+    """Store a graph's new value for an input it updated in place."""
+    if isinstance(target, XlaTensor):
+        if target._chain:
+            tensor.assign(target, node)
+        else:
+            tensor.set_node(target._st, node)
+            target._vcache = None
+        return
+    target.copy_(tensor.to_cpu(tensor.wrap(node), "dynamo_output"))
+
+
+# ----------------------------------------------------------------------------- tracing
+
+
+class _Run(fx.Interpreter):
+    """Runs the graph's ops on xla tensors; ``_foreach_*`` ops run as their per-tensor op.
+
+    The compiled optimizers' foreach ops come with overloads that mix a Python number and a
+    tensor list (``_foreach_pow.ScalarAndTensor``); their per-tensor op records like any other.
+    """
+
+    def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if isinstance(target, torch._ops.OpOverload) and target._schema.name.startswith("aten::_foreach_"):
+            return _per_tensor(target, args, kwargs)
+        return super().call_function(target, args, kwargs)
+
+
+def _per_tensor(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    base = op._schema.name.removeprefix("aten::_foreach_")
+    packet = getattr(torch.ops.aten, base)  # the dispatcher picks the overload per element
+    bound = list(args) + [kwargs[a.name] for a in op._schema.arguments[len(args) :] if a.name in kwargs]
+    # Which base arguments are keyword-only: from a base overload taking as many arguments.
+    kw_only: list[str | None] = [None] * len(bound)
+    for name in packet.overloads():
+        schema = getattr(packet, name)._schema
+        params = [a for a in schema.arguments if not a.is_out]
+        if len(params) == len(bound):
+            kw_only = [a.name if a.kwarg_only else None for a in params]
+            break
+    lists = [a for a in bound if isinstance(a, (list, tuple))]
+    n = len(lists[0]) if lists else 0
+    outs = []
+    for i in range(n):
+        pos: list[Any] = []
+        kw: dict[str, Any] = {}
+        for a, name in zip(bound, kw_only):
+            v = a[i] if isinstance(a, (list, tuple)) else a
+            if name is None:
+                pos.append(v)
+            else:
+                kw[name] = v
+        outs.append(packet(*pos, **kw))
+    return None if base.endswith("_") else outs
+
+
+class NotOneProgram(RuntimeError):
+    """Tracing the graph needed a value in the middle (a CPU fallback or a read)."""
+
+
+def _placeholder(a: Any, dev: int) -> Any:
+    if isinstance(a, XlaTensor):
+        arr = _array(a, dev)
+        return tensor.wrap(ir.data(arr, tuple(a.shape), a.dtype, dev))
+    if isinstance(a, torch.Tensor):
+        node = tensor.to_device_node(a.detach(), dev)
+        return tensor.wrap(node)
+    return a
+
+
+def _cut_reason(ev: events.Event) -> str | None:
+    if isinstance(ev, events.FallbackEvent):
+        return f"{ev.op} has no XLA lowering and ran on the CPU"
+    if isinstance(ev, events.SyncEvent):
+        return f"a value was read while tracing ({ev.reason})"
+    if isinstance(ev, events.TransferEvent) and ev.direction == "from_device":
+        return "a value was copied to the CPU while tracing"
+    return None
+
+
+def trace(gm: fx.GraphModule, args: Sequence[Any], dev: int, name: str) -> Variant:
+    """Run ``gm`` once on placeholders over ``args``' values and compile what it recorded."""
+    placeholders = [_placeholder(a, dev) for a in args]
+    originals = [p._st.node if isinstance(p, XlaTensor) else None for p in placeholders]
+    cuts: list[str] = []
+
+    def watch(ev: events.Event) -> None:
+        reason = _cut_reason(ev)
+        if reason is not None:
+            cuts.append(reason)
+
+    rng_state = torch.xla.get_rng_state(dev)  # type: ignore[attr-defined]
+    eager = config.get(_EAGER_SETTING)
+    unsubscribe = events.subscribe(watch)
+    try:
+        if eager:
+            config.set(_EAGER_SETTING, False)  # traced, not run op by op
+        with torch.no_grad():
+            outs = _Run(gm).run(*placeholders)
+    finally:
+        unsubscribe()
+        if eager:
+            config.set(_EAGER_SETTING, True)
+        torch.xla.set_rng_state(rng_state, dev)  # type: ignore[attr-defined]
+    if cuts:
+        raise NotOneProgram(cuts[0])
+    if not isinstance(outs, (tuple, list)):
+        outs = (outs,)
+    out_vals = gm.graph.output_node().args[0]
+    out_metas = (
+        [getattr(o, "meta", {}).get("val") if isinstance(o, fx.Node) else None for o in out_vals]
+        if isinstance(out_vals, (tuple, list))
+        else [None] * len(outs)
+    )
+
+    roots: list[ir.Node] = []
+    outputs: list[_Output] = []
+    by_placeholder = {id(p): k for k, p in enumerate(placeholders) if isinstance(p, torch.Tensor)}
+    for i, o in enumerate(outs):
+        meta = out_metas[i] if i < len(out_metas) else None
+        if (
+            isinstance(o, XlaTensor)
+            and id(o) in by_placeholder
+            and isinstance(args[by_placeholder[id(o)]], XlaTensor)
+        ):
+            outputs.append(_Output("input", by_placeholder[id(o)]))
+        elif isinstance(o, XlaTensor):
+            cpu = isinstance(meta, torch.Tensor) and meta.device.type == "cpu"
+            outputs.append(_Output("root", len(roots), tuple(o.shape), o.dtype, cpu))
+            roots.append(tensor.value(o))
+        else:
+            outputs.append(_Output("const", value=o))
+    mutations: list[tuple[int, int, tuple[int, ...], torch.dtype]] = []
+    for k, (p, orig) in enumerate(zip(placeholders, originals)):
+        if orig is not None and p._st.node is not orig:
+            mutations.append((len(roots), k, tuple(p.shape), p.dtype))
+            roots.append(p._st.node)
+    for p in placeholders:
+        if isinstance(p, XlaTensor):
+            tensor.forget_pending([p._st])
+    checks = index_checks.take(dev) if index_checks.enabled[0] else []
+    variant = _compile(
+        [*roots, *[c.node for c in checks]], placeholders, originals, outputs, mutations, dev, name
+    )
+    variant.checks = checks
+    return variant
+
+
+def _compile(
+    roots: list[ir.Node],
+    placeholders: list[Any],
+    originals: list[ir.Node | None],
+    outputs: list[_Output],
+    mutations: list[tuple[int, int, tuple[int, ...], torch.dtype]],
+    dev: int,
+    name: str,
+) -> Variant:
+    if not roots:  # nothing to compute: a graph of constants and aliases
+        return Variant(_NoProgram(), graph.linearize([]), dev, [], [], [], [], outputs, mutations)
+    g = graph.linearize(roots)
+    arg_of = {id(n): k for k, n in enumerate(originals) if n is not None}
+    leaves: list[Any] = []
+    inputs: list[tuple[int, int]] = []
+    scalars: list[float] = []
+    scalar_pos: dict[int, int] = {}
+    for n in g.nodes:
+        if n.op is ir.DATA:
+            k = arg_of.get(id(n))
+            if k is None:
+                leaves.append(n.value)  # a constant of the graph
+            else:
+                inputs.append((len(leaves), k))
+                leaves.append(n.value)
+        elif n.op is ir.SCALAR:
+            scalar_pos[id(n)] = len(scalars)
+            scalars.append(float(n.value))
+    rng: list[tuple[int, int]] = []
+    for n in g.nodes:
+        if isinstance(n.arg, tuple) and len(n.arg) == 2 and isinstance(n.arg[1], tuple):
+            for item in n.arg[1]:
+                if isinstance(item, tuple) and len(item) == 2 and item[0] == "__rng__":
+                    seed_slot, offset_slot = item[1]
+                    rng.append((scalar_pos[id(n.src[seed_slot.i])], scalar_pos[id(n.src[offset_slot.i])]))
+    jdev = backend.jax_device(dev)
+    scalar_array = jax.device_put(np.asarray(scalars, np.float64), jdev)
+    key = (g.key, graph._trace_settings())
+    program = graph.CACHE.get(key)
+    if program is None:
+        program = graph.compile_graph(g, list(leaves), scalar_array, "dynamo_compile")
+        graph.CACHE.put(key, program)
+    else:
+        graph.note_cache_hit(g, program, dev, "dynamo_compile")
+    # Keep no input's array alive through the graph: inputs are fed per call.
+    for pos, _ in inputs:
+        leaves[pos] = None
+    for n in g.nodes:
+        if n.op is ir.DATA and id(n) in arg_of:
+            n.value = None
+    report.note_program(name, g, program)
+    return Variant(program, g, dev, leaves, inputs, scalars, rng, outputs, mutations)
+
+
+class _NoProgram:
+    graph_hash = 0
+
+    def __call__(self, datas: list[Any], scalars: Any) -> list[Any]:
+        return []
+
+
+# ----------------------------------------------------------------------------- the compiled graph
+
+
+class CompiledGraph:
+    """A dynamo/AOT FX graph, compiled on its first call (per input shapes if it is dynamic)."""
+
+    def __init__(self, gm: fx.GraphModule, name: str) -> None:
+        self.gm = gm
+        self.name = name
+        self.static = _is_static(gm)
+        self.variants: dict[tuple[Any, ...], Variant] = {}
+        self.lazy_reason: str | None = None
+        self._only: Variant | None = None
+
+    def __call__(self, *args: Any) -> list[Any]:
+        only = self._only
+        if only is not None:
+            return only.run(args, self.name)
+        return self._slow_call(args)
+
+    def _slow_call(self, args: Sequence[Any]) -> list[Any]:
+        dev = _device_of(args)
+        if dev is None:
+            out = self.gm(*args)  # nothing on xla: a CPU graph runs eagerly
+            return list(out) if isinstance(out, (tuple, list)) else [out]
+        if self.lazy_reason is not None:
+            return self._lazy(args)
+        key = () if self.static else _key(args)
+        variant = self.variants.get(key)
+        if variant is None:
+            try:
+                variant = trace(self.gm, args, dev, self.name)
+            except NotOneProgram as e:
+                self.lazy_reason = str(e)
+                warnings.warn(
+                    f"xlalab: {self.name}: {e}, so this compiled graph cannot run as one XLA program; "
+                    "it runs lazily on every call (op by op recording, one sync later). Give the op a "
+                    "lowering, or move the read out of the compiled function.",
+                    stacklevel=3,
+                )
+                report.note_lazy(self.name, str(e))
+                return self._lazy(args)
+            self.variants[key] = variant
+            if self.static:
+                self._only = variant
+        return variant.run(args, self.name)
+
+    def _lazy(self, args: Sequence[Any]) -> list[Any]:
+        out = self.gm(*args)
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    def hlo(self, kind: str = "hlo") -> str:
+        """The compiled program's HLO (``kind="hlo"``) or StableHLO (``"stablehlo"``) text."""
+        variant = self._only or next(iter(self.variants.values()), None)
+        if variant is None or not variant.ir_graph.nodes:
+            return ""
+        fn = graph.build_function(variant.ir_graph)
+        avals = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in _leaf_avals(variant)]
+        scal = jax.ShapeDtypeStruct((len(variant.scalars),), np.float64)
+        lowered = jax.jit(fn).lower(avals, scal)
+        if kind == "stablehlo":
+            return str(lowered.as_text())
+        return str(lowered.compiler_ir("hlo").as_hlo_text())  # type: ignore[union-attr]
+
+
+def _leaf_avals(variant: Variant) -> list[Any]:
+    from xlalab.runtime.dtypes import to_jnp
+
+    out = []
+    for n in variant.ir_graph.nodes:
+        if n.op is ir.DATA:
+            out.append(jax.ShapeDtypeStruct(tuple(n.shape or ()), to_jnp(n.dtype or torch.float32)))
+    return out
+
+
+Compiler = Callable[[fx.GraphModule, list[Any]], Callable[..., Any]]

@@ -1,0 +1,102 @@
+"""What dynamo needs to know about ``xla`` tensors, installed once dynamo is imported.
+
+xlalab's tensors are a Python subclass of ``torch.Tensor`` whose ops reach
+``__torch_dispatch__``. Dynamo treats such a subclass as an opaque object unless told
+otherwise, tracing into the runtime's own Python instead of the user's model. Three things
+make dynamo and AOTAutograd see them as what they are, device tensors on ``xla``
+(as torch_xla's C++ tensors are):
+
+- dynamo wraps an ``XlaTensor`` as a tensor (a fake tensor on ``xla`` while tracing);
+- dynamo never traces xlalab's own machinery (the runtime runs in eager between graphs);
+- AOTAutograd accepts an ``XlaTensor`` where it expects a plain tensor's gradient.
+
+``install_when_dynamo_loads()`` costs nothing up front: it waits for ``torch._dynamo`` to be
+imported (``torch.compile`` imports it) and installs then, so ``import xlalab`` does not pay
+for dynamo's import.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from types import ModuleType
+from typing import Any
+
+_installed = [False]
+# xlalab's own machinery: dynamo runs it in eager, between graphs. (``xlalab.testing`` is user
+# code as far as dynamo is concerned: its workloads' train steps are traced like anyone's.)
+_INFRASTRUCTURE = (
+    "xlalab.runtime",
+    "xlalab.dynamo",
+    "xlalab.core",
+    "xlalab.debug",
+    "xlalab.lab",
+    "xlalab.utils",
+    "xlalab.distributed",
+    "xlalab.amp",
+    "xlalab.experimental",
+    "xlalab.tools",
+    "xlalab.compat",
+)
+
+
+def install() -> None:
+    """Teach dynamo about xla tensors and register ``backend="xlalab"`` (idempotent; imports
+    torch._dynamo)."""
+    if _installed[0]:
+        return
+    _installed[0] = True
+    from torch._dynamo import trace_rules
+    from torch._dynamo.variables.builder import VariableBuilder
+
+    from xlalab.runtime.tensor import XlaTensor
+
+    # Exact-type table: consulted before dynamo's subclass rules, so an XlaTensor is built as
+    # a TensorVariable (fakeified with its device, shape, dtype and strides) and guarded as one.
+    VariableBuilder._type_dispatch()[XlaTensor] = VariableBuilder.wrap_tensor
+    for name in _INFRASTRUCTURE:
+        trace_rules.add(name)
+    if not hasattr(XlaTensor, "__coerce_same_metadata_as_tangent__"):
+        XlaTensor.__coerce_same_metadata_as_tangent__ = _same_tangent  # type: ignore[attr-defined]
+    from .backend import register
+
+    register()
+
+
+def _same_tangent(self: Any, expected_metadata: Any, expected_type: Any = None) -> Any:
+    """An xla gradient stands for the plain tensor AOTAutograd traced it as."""
+    return self
+
+
+class _WhenDynamoLoads(importlib.abc.MetaPathFinder):
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "torch._dynamo":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            original(module)
+            install()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+_FINDER = _WhenDynamoLoads()
+
+
+def install_when_dynamo_loads() -> None:
+    """Install now if dynamo is loaded, else as soon as it is."""
+    if "torch._dynamo" in sys.modules:
+        install()
+    elif _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)

@@ -1,0 +1,258 @@
+"""What compiled mode did, per compiled function: graphs, graph breaks, recompiles.
+
+Dynamo knows why it ended a graph (a graph break, with the user's line) and why it compiled a
+function again (the guard that failed); the backend is called at that moment, reads both and
+publishes them on the runtime's event bus:
+
+=====================  ===========================================================================
+event                  fields
+=====================  ===========================================================================
+``DynamoGraphEvent``   ``function``, ``graph_index``, ``num_ops``, ``code`` (the FX graph's Python)
+``GraphBreakEvent``    ``function``, ``reason`` (dynamo's words), ``frames`` (the user's line first)
+``RecompileEvent``     ``function``, ``guard`` (dynamo's words), ``explanation`` (plain words:
+                       "``x.size(0)`` changed 16 → 15"), ``frames`` (the call that recompiled)
+``DynamoExecuteEvent`` an ``ExecuteEvent`` for one compiled graph's run, with ``name`` and ``graph``
+=====================  ===========================================================================
+
+``compiled_functions()`` gives the same as data: one ``FunctionReport`` per function, with
+its graphs (each with the FX code and the programs compiled for it), breaks and recompiles.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from xlalab.runtime import events
+from xlalab.runtime.frames import Frame, user_frames
+
+
+@dataclass(frozen=True)
+class DynamoGraphEvent(events.Event):
+    kind: str = field(init=False, default="dynamo_graph")
+    function: str = ""
+    graph_index: int = 0
+    num_ops: int = 0
+    code: str = ""
+
+
+@dataclass(frozen=True)
+class GraphBreakEvent(events.Event):
+    kind: str = field(init=False, default="graph_break")
+    function: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RecompileEvent(events.Event):
+    kind: str = field(init=False, default="dynamo_recompile")
+    function: str = ""
+    guard: str = ""
+    explanation: str = ""
+
+
+@dataclass(frozen=True)
+class DynamoExecuteEvent(events.ExecuteEvent):
+    reason: str = "dynamo"
+    name: str = ""
+    graph: Any = None
+
+
+@dataclass
+class GraphReport:
+    index: int
+    fx_code: str
+    num_ops: int
+    aot_code: dict[str, str] = field(default_factory=dict)  # "forward"/"backward" -> aten FX code
+    programs: list[Any] = field(default_factory=list)  # runtime Programs compiled for it
+
+
+@dataclass
+class FunctionReport:
+    name: str
+    file: str
+    line: int
+    graphs: list[GraphReport] = field(default_factory=list)
+    breaks: list[tuple[str, Frame | None]] = field(default_factory=list)
+    recompiles: list[tuple[str, str, Frame | None]] = field(default_factory=list)  # guard, words, call
+    lazy: list[str] = field(default_factory=list)  # why a graph runs lazily
+
+    @property
+    def num_graphs(self) -> int:
+        return len(self.graphs)
+
+
+_FUNCTIONS: dict[tuple[str, int, str], FunctionReport] = {}
+_BY_LABEL: dict[str, GraphReport] = {}
+_FN_BY_LABEL: dict[str, FunctionReport] = {}
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_\d+$")
+
+
+def compiled_functions() -> list[FunctionReport]:
+    """Every function compiled so far, in the order dynamo first compiled them."""
+    return list(_FUNCTIONS.values())
+
+
+def reset() -> None:
+    _FUNCTIONS.clear()
+    _BY_LABEL.clear()
+    _FN_BY_LABEL.clear()
+
+
+def _current_code() -> Any:
+    """The code object dynamo is compiling: for a compiled module, its ``forward``."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        tx = InstructionTranslator.current_tx()
+        code = tx.f_code
+        if code.co_filename.startswith(_TORCH_DIR):
+            # torch.compile(module) traces torch's wrapper around the module's call
+            fn = tx.f_locals.get("fn")
+            forward = getattr(type(fn), "forward", None) if isinstance(fn, torch.nn.Module) else fn
+            code = getattr(forward, "__code__", code)
+        return code
+    except Exception:  # outside dynamo (a graph handed to the backend by hand)
+        return None
+
+
+def _recompile_reason() -> str | None:
+    try:
+        from torch._dynamo.utils import get_metrics_context
+
+        reason = get_metrics_context()._metrics.get("recompile_reason")
+    except Exception:
+        return None
+    return reason if isinstance(reason, str) else None
+
+
+def _function(code: Any) -> FunctionReport:
+    if code is None:
+        key = ("<graph>", 0, "<fx graph>")
+    else:
+        name = code.co_name
+        m = _RESUME.match(name)
+        if not m:
+            name = getattr(code, "co_qualname", name)
+        if m:  # the rest of a function after a graph break belongs to that function
+            name = m.group(1)
+            for (file, _line, fname), rep in _FUNCTIONS.items():
+                if file == code.co_filename and fname == name:
+                    return rep
+        key = (code.co_filename, code.co_firstlineno, name)
+    found = _FUNCTIONS.get(key)
+    if found is None:
+        found = _FUNCTIONS[key] = FunctionReport(key[2], key[0], key[1])
+    return found
+
+
+def note_dynamo_graph(gm: Any) -> str:
+    """Record a graph dynamo captured (with its break and recompile reasons); its label."""
+    code = _current_code()
+    rep = _function(code)
+    index = len(rep.graphs)
+    ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+    graph = GraphReport(index, gm.code, ops)
+    rep.graphs.append(graph)
+    label = f"{rep.name} (graph {index})"
+    _BY_LABEL[label] = graph
+    _FN_BY_LABEL[label] = rep
+    listening = events.listening()
+    if listening:
+        events.publish(DynamoGraphEvent(function=rep.name, graph_index=index, num_ops=ops, code=gm.code))
+    cause = getattr(gm, "compile_subgraph_reason", None)
+    if cause is not None and getattr(cause, "graph_break", False):
+        stack = list(getattr(cause, "user_stack", []) or [])
+        where = Frame(stack[-1].filename, stack[-1].lineno or 0, stack[-1].name) if stack else None
+        reason = _first_line(str(cause.reason))
+        rep.breaks.append((reason, where))
+        if listening:
+            frames = tuple(Frame(s.filename, s.lineno or 0, s.name) for s in reversed(stack))
+            events.publish(GraphBreakEvent(function=rep.name, reason=reason, frames=frames))
+    guard = _recompile_reason() if index == 0 or code is not None else None
+    if guard is not None and code is not None and not _RESUME.match(code.co_name):
+        words = explain_guard(guard)
+        call = user_frames()
+        rep.recompiles.append((guard, words, call[0] if call else None))
+        if listening:
+            events.publish(RecompileEvent(function=rep.name, guard=guard, explanation=words, frames=call))
+    return label
+
+
+def note_aot_graph(label: str, part: str, gm: Any) -> None:
+    graph = _BY_LABEL.get(label)
+    if graph is not None:
+        graph.aot_code[part] = gm.code
+
+
+def note_program(name: str, ir_graph: Any, program: Any) -> None:
+    label = name.rsplit(", ", 1)[0]
+    graph = _BY_LABEL.get(label)
+    if graph is not None:
+        graph.programs.append(program)
+
+
+def note_lazy(name: str, why: str) -> None:
+    rep = _FN_BY_LABEL.get(name.rsplit(", ", 1)[0])
+    if rep is not None:
+        rep.lazy.append(why)
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return " ".join(lines[:2]) if lines else text
+
+
+# ----------------------------------------------------------------------------- guards in plain words
+
+_SIZE = re.compile(
+    r"tensor '(?P<name>[^']+)' size mismatch at index (?P<i>\d+)\. expected (?P<a>\d+), actual (?P<b>\d+)"
+)
+_STRIDE = re.compile(
+    r"tensor '(?P<name>[^']+)' stride mismatch at index (?P<i>\d+)\. expected (?P<a>\d+), actual (?P<b>\d+)"
+)
+_DTYPE = re.compile(r"tensor '(?P<name>[^']+)' dtype mismatch\. expected (?P<a>\w+), actual (?P<b>\w+)")
+_GRAD = re.compile(r"tensor '(?P<name>[^']+)' requires_grad mismatch\. expected requires_grad=(?P<a>\d)")
+_RANK = re.compile(r"tensor '(?P<name>[^']+)' rank mismatch\. expected (?P<a>\d+), actual (?P<b>\d+)")
+_EQ = re.compile(r"^(?P<name>.+?) == (?P<a>[^\s]+)\s*(#.*)?$")
+_SOURCE = re.compile(r"L\['([^']+)'\]|G\['([^']+)'\]")
+
+
+def _pretty(source: str) -> str:
+    """``L['x']`` -> ``x``; ``L['self']._modules['fc']`` -> ``self.fc``."""
+    text = _SOURCE.sub(lambda m: m.group(1) or m.group(2), source)
+    text = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", text)
+    return re.sub(r"\['([^']+)'\]", r".\1", text)
+
+
+def explain_guard(guard: str) -> str:
+    """Dynamo's failed guard in plain words (the raw text when it is not a known kind)."""
+    first = guard.strip().splitlines()[0] if guard.strip() else guard
+    first = re.sub(r"^\d+/\d+: ", "", first)
+    m = _SIZE.search(first)
+    if m:
+        return f"`{_pretty(m['name'])}.size({m['i']})` changed {m['a']} → {m['b']}"
+    m = _STRIDE.search(first)
+    if m:
+        return f"`{_pretty(m['name'])}.stride({m['i']})` changed {m['a']} → {m['b']}"
+    m = _DTYPE.search(first)
+    if m:
+        return f"`{_pretty(m['name'])}.dtype` changed {m['a']} → {m['b']}"
+    m = _RANK.search(first)
+    if m:
+        return f"`{_pretty(m['name'])}.dim()` changed {m['a']} → {m['b']}"
+    m = _GRAD.search(first)
+    if m:
+        was = "True" if m["a"] == "1" else "False"
+        now = "False" if was == "True" else "True"
+        return f"`{_pretty(m['name'])}.requires_grad` changed {was} → {now}"
+    m = _EQ.match(first)
+    if m:
+        return f"`{_pretty(m['name'])}` is no longer {m['a']} (a Python value baked into the graph)"
+    return _pretty(first)
