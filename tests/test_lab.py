@@ -488,3 +488,27 @@ def test_a_data_dependent_shape_names_the_op_that_made_it(causes: tuple[Shell, i
     assert "idx: s64[3,1] → s64[2,1]" in out
     assert "idx is the result of aten::nonzero, whose output shape depends on the data" in out
     assert f"  at cell [{defined}], line {line} in dynamic: idx = torch.nonzero(x > 0)" in out
+
+
+def test_a_precision_warning_names_the_cell_not_a_temporary_file(shell: Shell) -> None:
+    import warnings
+
+    from xlalab.runtime import backend
+
+    shell.ok("import torch, xlalab.core.xla_model as xm\ndev = xm.xla_device()")
+    config.set("XLA_USE_BF16", True)
+    backend._warned.clear()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            # IPython writes warnings to stderr through warnings.showwarning.
+            with capture_output() as out:
+                shell.sh.run_cell("x = torch.tensor([4097.0], device=dev)\nv = x.cpu()", store_history=True)
+        count = shell.sh.execution_count - 1
+        err = out.stderr
+        assert f"cell [{count}]:1: PrecisionWarning: XLA_USE_BF16=1: 4097.0 is stored as 4096.0" in err, err
+        assert "  x = torch.tensor([4097.0], device=dev)" in err
+        assert "ipykernel" not in err and "ipython-input" not in err
+    finally:
+        config.set("XLA_USE_BF16", False)
+        backend._warned.clear()

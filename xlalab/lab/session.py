@@ -7,7 +7,9 @@ target and open comms, live widgets.
 
 from __future__ import annotations
 
+import linecache
 import logging
+import warnings
 from typing import Any
 
 from xlalab.runtime import config
@@ -43,6 +45,7 @@ class LabSession:
         self.cell_snapshots: list[dict[str, Any]] = []  # metrics at the start of the last two cells
         self._magics: Any = None
         self._ir_debug_before: Any = None
+        self._showwarning: Any = warnings.showwarning
 
     # ---- lifecycle
     def start(self) -> None:
@@ -50,6 +53,8 @@ class LabSession:
 
         self._ir_debug_before = config.get("XLA_IR_DEBUG")
         record_lines(True)
+        self._showwarning = warnings.showwarning
+        warnings.showwarning = self._show_warning
         self.watcher.start()
         self.comm.start()
         self.shell.events.register("pre_run_cell", self.pre_run_cell)
@@ -79,6 +84,20 @@ class LabSession:
         self.comm.stop()
         self.watcher.stop()
         record_lines(bool(self._ir_debug_before))
+        if warnings.showwarning == self._show_warning:
+            warnings.showwarning = self._showwarning
+
+    def _show_warning(
+        self, message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+    ) -> None:
+        """A warning that points into a cell names the cell (``cell [3]:2``), not the temporary
+        file IPython compiled it under (``/tmp/ipykernel_1/2381.py``)."""
+        cell = self.cells.cell_of(filename)
+        if cell is not None:
+            if line is None:
+                line = linecache.getline(filename, lineno)
+            filename = f"cell [{cell[0]}]"
+        self._showwarning(message, category, filename, lineno, file, line)
 
     # ---- cells
     def pre_run_cell(self, info: Any) -> None:
