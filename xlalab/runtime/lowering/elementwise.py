@@ -111,7 +111,7 @@ def _div_mode(x: Array, other: Array | Scalar, rounding_mode: str | None = None)
     if rounding_mode is None:
         return jnp.true_divide(x, other)
     if rounding_mode == "floor":
-        return jnp.floor_divide(x, other)
+        return _floor_div(x, other)
     if is_integral(x, other):
         # lax.div on integers truncates toward zero, exactly like C (and torch 'trunc').
         dt = jnp.result_type(x, other)
@@ -122,7 +122,28 @@ def _div_mode(x: Array, other: Array | Scalar, rounding_mode: str | None = None)
 
 @lowering(aten.floor_divide.default, aten.floor_divide.Scalar)
 def _floor_divide(x: Array, other: Array | Scalar) -> Array:
-    return jnp.floor_divide(x, other)
+    return _floor_div(x, other)
+
+
+def _floor_div(a: Array | Scalar, b: Array | Scalar) -> Array:
+    """Floor division with torch's float formula, which fixes the sign of a zero quotient.
+
+    Torch computes (a - fmod(a, b)) / b, corrects it towards -inf and rounds it to the
+    nearest integer; a zero quotient takes the sign of a / b (-0.5 // -3 is 0.0, where
+    floor(a / b) in another order can give -0.0); b == 0 gives a / b (inf or NaN).
+    """
+    if is_integral(a, b):
+        return jnp.floor_divide(a, b)
+    dt = jnp.result_type(a, b)
+    a, b = compute_float(jnp.asarray(a, dt)), compute_float(jnp.asarray(b, dt))
+    mod = jnp.fmod(a, b)
+    div = (a - mod) / b
+    div = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floored = jnp.floor(div)
+    floored = jnp.where(div - floored > 0.5, floored + 1, floored)
+    quotient = a / b
+    out = jnp.where(div == 0, jnp.copysign(jnp.zeros_like(div), quotient), floored)
+    return jnp.where(b == 0, quotient, out).astype(dt)
 
 
 @lowering(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
@@ -364,6 +385,17 @@ def _isneginf(x: Array) -> Array:
 
 # --- unary math ---------------------------------------------------------------------
 
+
+def log_exact(x: Array) -> Array:
+    """``log(x)`` that XLA cannot fold into its producer.
+
+    XLA's algebraic simplifier rewrites log(exp(a)) as a, which is wrong where exp(a)
+    overflows (torch: log(exp(100.0)) is inf in float32, the rewrite gives 100); the
+    barrier keeps the two ops apart.
+    """
+    return jnp.log(lax.optimization_barrier(x))
+
+
 # Ops whose torch semantics are exactly the jnp function of one argument. A table keeps
 # ~40 one-line lowerings readable; each entry is still one registration per overload.
 _UNARY: dict[Any, Any] = {
@@ -371,7 +403,7 @@ _UNARY: dict[Any, Any] = {
     aten.exp.default: jnp.exp,
     aten.exp2.default: jnp.exp2,
     aten.expm1.default: jnp.expm1,
-    aten.log.default: jnp.log,
+    aten.log.default: log_exact,
     aten.log2.default: jnp.log2,
     aten.log10.default: jnp.log10,
     aten.log1p.default: jnp.log1p,

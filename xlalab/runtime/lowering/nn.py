@@ -679,18 +679,37 @@ def _out_dtype(x: Array, half_to_float: bool) -> jnp.dtype:
     return jnp.float32 if half_to_float else x.dtype
 
 
+def _exp_sum(x: Array, shifted: Array, ax: tuple[int, ...] | None, half_to_float: bool) -> Array:
+    """sum(exp(shifted)) over ``ax``, in float32 for half inputs, rounded as eager rounds it.
+
+    Eager's kernel along the last dim keeps this sum in a buffer of the input's dtype,
+    so for half inputs it is rounded to half precision before the division or the log;
+    along other dims it stays float32. Doing the same gives eager's bits, not just its
+    precision.
+    """
+    total = jnp.sum(jnp.exp(shifted), axis=ax, keepdims=True)
+    last = x.ndim <= 1 or ax == (x.ndim - 1,)
+    if x.dtype in (jnp.float16, jnp.bfloat16) and last and not half_to_float:
+        total = total.astype(x.dtype).astype(total.dtype)
+    return total
+
+
 @lowering(aten._softmax.default)
 def _softmax(x: Array, dim: int, half_to_float: bool = False) -> Array:
+    if x.size == 0:  # nothing to normalise (a max over no elements has no identity)
+        return x.astype(_out_dtype(x, half_to_float))
     xf, ax = compute_float(x), axes(x, dim)
-    e = jnp.exp(xf - jnp.max(xf, axis=ax, keepdims=True))
-    return (e / jnp.sum(e, axis=ax, keepdims=True)).astype(_out_dtype(x, half_to_float))
+    shifted = xf - jnp.max(xf, axis=ax, keepdims=True)
+    return (jnp.exp(shifted) / _exp_sum(x, shifted, ax, half_to_float)).astype(_out_dtype(x, half_to_float))
 
 
 @lowering(aten._log_softmax.default)
 def _log_softmax(x: Array, dim: int, half_to_float: bool = False) -> Array:
+    if x.size == 0:
+        return x.astype(_out_dtype(x, half_to_float))
     xf, ax = compute_float(x), axes(x, dim)
     shifted = xf - jnp.max(xf, axis=ax, keepdims=True)
-    out = shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=ax, keepdims=True))
+    out = shifted - jnp.log(_exp_sum(x, shifted, ax, half_to_float))
     return out.astype(_out_dtype(x, half_to_float))
 
 

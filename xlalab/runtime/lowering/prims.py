@@ -20,7 +20,7 @@ import torch
 from jax import lax
 
 from xlalab.runtime.dtypes import to_jnp
-from xlalab.runtime.lowering.elementwise import compute_float, is_integral
+from xlalab.runtime.lowering.elementwise import compute_float, is_integral, log_exact
 from xlalab.runtime.lowering.registry import lowering
 
 prims = torch.ops.prims
@@ -40,7 +40,7 @@ _UNARY: dict[str, Callable[[Array], Array]] = {
     "abs": jnp.abs,
     "exp": _float_math(jnp.exp),
     "expm1": _float_math(jnp.expm1),
-    "log": _float_math(jnp.log),
+    "log": _float_math(log_exact),
     "log1p": _float_math(jnp.log1p),
     "sqrt": _float_math(jnp.sqrt),
     "rsqrt": _float_math(lax.rsqrt),

@@ -105,14 +105,28 @@ def _min(x: Array) -> Array:
     return jnp.min(x)
 
 
+def _value_at(x: Array, index: Array, dim: int, keepdim: bool) -> tuple[Array, Array]:
+    """(the element ``index`` points at along ``dim``, index): torch's max/min.dim pair.
+
+    The value is read at the index rather than reduced separately: 0.0 and -0.0 tie, and
+    torch returns the one at the first maximal index.
+    """
+    if x.ndim == 0:
+        return x, index
+    ax = dim % x.ndim
+    kept = index if keepdim else jnp.expand_dims(index, ax)
+    value = jnp.take_along_axis(x, kept, axis=ax)
+    return (value if keepdim else jnp.squeeze(value, ax)), index
+
+
 @lowering(aten.max.dim)
 def _max_dim(x: Array, dim: int, keepdim: bool = False) -> tuple[Array, Array]:
-    return _amax(x, dim, keepdim), _argmax(x, dim, keepdim)
+    return _value_at(x, _argmax(x, dim, keepdim), dim, keepdim)
 
 
 @lowering(aten.min.dim)
 def _min_dim(x: Array, dim: int, keepdim: bool = False) -> tuple[Array, Array]:
-    return _amin(x, dim, keepdim), _argmin(x, dim, keepdim)
+    return _value_at(x, _argmin(x, dim, keepdim), dim, keepdim)
 
 
 @lowering(aten.argmax.default)
