@@ -594,7 +594,8 @@ def _train_without_barrier(dev: torch.device, steps: int) -> torch.Tensor:
 
 def test_analysis_names_a_loop_without_a_step_barrier(dev: torch.device, debug: Callable[[], str]) -> None:
     loss = _train_without_barrier(dev, 4)
-    line = next(i for i, s in enumerate(Path(__file__).read_text().splitlines(), 1) if s.endswith("# NO-BARRIER"))
+    source = Path(__file__).read_text().splitlines()
+    line = next(i for i, s in enumerate(source, 1) if s.endswith("# NO-BARRIER"))
     where = f"{__file__}:{line} (_train_without_barrier)"
     loss.item()  # the read that finally runs the whole graph
     err = debug()
@@ -615,3 +616,16 @@ def test_analysis_names_a_loop_without_a_step_barrier(dev: torch.device, debug: 
         _train_without_barrier(dev, 1)
         xlalab.mark_step()
     assert "no step barrier" not in pxd.report()
+
+
+def test_a_printed_summary_is_not_printed_again_at_exit(tmp_path: Path) -> None:
+    script = tmp_path / "printed.py"
+    script.write_text(
+        "import torch, xlalab\nfrom xlalab.debug import pt_xla_debug\n"
+        "x = torch.ones(3, device=xlalab.device()) * 2\nxlalab.mark_step()\nprint(pt_xla_debug.report())\n"
+    )
+    env = dict(os.environ, PT_XLA_DEBUG="1", PT_XLA_DEBUG_LEVEL="0")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    both = proc.stdout + proc.stderr
+    assert both.count("Unlowered Op usage summary") == 1 and "WARNING:pt-xla-profiler" not in both

@@ -221,11 +221,22 @@ def _describe_change(
         return f"the ops: {c.old} became {c.new}{at}", f"{len(old)} -> {len(new)} nodes"
     if c.kind == "output_shape":
         return f"the output of {c.op}{at}", f"{c.old} -> {c.new}"
+    if c.kind == "baked_value" and c.arg:
+        return (
+            f"an integer baked into the graph: {c.op} {c.arg}{at} (keep it constant, or pass it as a tensor)",
+            f"{c.old} -> {c.new}",
+        )
     if c.kind == "baked_value":
         return (
             f"the static arguments of {c.op}{at}: a Python int/bool that changes every step is baked "
             "into the graph (pass it as a tensor)",
             c.new,
+        )
+    if c.kind == "outputs":
+        return (
+            f"the live outputs: a tensor of the step is kept alive (the first: {c.op}{at}), so the graph "
+            "returns it",
+            f"{c.old} -> {c.new}",
         )
     if c.kind == "size":
         return "the number of ops (the graph grew or shrank)", f"{len(old)} -> {len(new)} nodes"
@@ -299,6 +310,7 @@ class _State:
     stats: _Stats = field(default_factory=_Stats)
     raw_marks: int = 0  # the MarkStep counter when last read (see _marks)
     marks_offset: int = 0
+    last_report: str = ""  # what report() last returned (the program may have printed it)
     barrier_watch: barriers.BarrierWatch = field(default_factory=barriers.BarrierWatch)
 
 
@@ -748,15 +760,23 @@ def report() -> str:
     """The exit summary as text: torch_xla's unlowered-op summary, then xlalab's findings.
 
     For notebooks: ``print(pt_xla_debug.report())`` at any point. It only reads what the
-    event handlers recorded (and walks the pending IR), so calling it syncs nothing.
+    event handlers recorded (and walks the pending IR), so calling it syncs nothing. A program
+    that printed it needs no second copy at exit: the exit summary is skipped when nothing
+    changed since.
     """
     with _LOCK:
-        if _S.barrier_watch.missing:  # optimizer steps still pending: the graph they built so far
-            _no_barrier(barriers.pending_nodes())
-        lines = _unlowered_summary() + _analysis_lines()
-        if not enabled() and not _S.stats.compiles and not _S.stats.executions:
-            lines.insert(0, "PT_XLA_DEBUG is off: nothing was recorded (config.set('PT_XLA_DEBUG', True))")
-        return "\n".join(lines) + "\n"
+        text = _report_text()
+        _S.last_report = text
+        return text
+
+
+def _report_text() -> str:
+    if _S.barrier_watch.missing:  # optimizer steps still pending: the graph they built so far
+        _no_barrier(barriers.pending_nodes())
+    lines = _unlowered_summary() + _analysis_lines()
+    if not enabled() and not _S.stats.compiles and not _S.stats.executions:
+        lines.insert(0, "PT_XLA_DEBUG is off: nothing was recorded (config.set('PT_XLA_DEBUG', True))")
+    return "\n".join(lines) + "\n"
 
 
 def reset() -> None:
@@ -771,8 +791,8 @@ def _at_exit() -> None:
     with _LOCK:
         try:
             _flush_held()
-            if _S.debug:
-                text = report()
+            text = _report_text() if _S.debug else ""
+            if text and text != _S.last_report:  # not when the program printed this very summary
                 _emit("".join(f"WARNING:{_PROFILER}:{line}\n" for line in text.splitlines()))
         except Exception:
             pass  # at exit stderr or the file may already be gone
