@@ -310,3 +310,17 @@ def test_unchecked_indices_are_clamped_by_xla_and_the_docs_say_so() -> None:
     assert x[torch.tensor([10], device=DEV)].cpu().tolist() == [4.0]  # XLA's clamp, no error
     doc = (__import__("pathlib").Path(__file__).parent.parent / "docs" / "env-vars.md").read_text()
     assert "XLALAB_CHECK_INDICES" in doc and "clamps" in doc
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda d: torch.bitwise_and(torch.tensor([1.0, 2.0], device=d), 3),
+        lambda d: torch.tensor([1, 2], dtype=torch.uint16, device=d) + 1,
+    ],
+)
+def test_dtypes_eager_has_no_kernel_for_raise_at_the_op(fn: Callable[[Any], Any]) -> None:
+    with pytest.raises(NotImplementedError) as eager:
+        fn("cpu")
+    with pytest.raises(NotImplementedError, match=str(eager.value).split(" not implemented")[0]):
+        fn(DEV)  # at the call, with eager's message, not at a later sync

@@ -418,7 +418,36 @@ def _compute_meta(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
             func(*[_empty_cpu_arg(a) for a in args], **{k: _empty_cpu_arg(v) for k, v in kwargs.items()})
     except Exception:
         return _NO_META
+    if not _cpu_kernel_exists(func, args, kwargs):
+        return _NO_META
     return _describe(out)
+
+
+def _cpu_kernel_exists(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether eager's CPU kernel takes these dtypes (meta kernels do not check: ``fmod`` of bools,
+    ``bitwise_and`` of floats). Asked once per signature, on operands shrunk to one element; only
+    NotImplementedError, eager's "not implemented for 'Bool'", counts: a shape error from the
+    shrinking says nothing."""
+    try:
+        func(*[_tiny_cpu_arg(a) for a in args], **{k: _tiny_cpu_arg(v) for k, v in kwargs.items()})
+    except NotImplementedError as e:
+        # "... not implemented for 'Bool'"; an op with no CPU kernel at all (a fused GPU-style
+        # kernel that xlalab lowers) says "Could not run ..." and is fine here.
+        return "not implemented for" not in str(e)
+    except Exception:
+        return True
+    return True
+
+
+def _tiny_cpu_arg(a: Any) -> Any:
+    tp = type(a)
+    if tp is XlaTensor or tp is Node:
+        return torch.zeros([min(int(n), 1) for n in a.shape], dtype=a.dtype)
+    if tp is list or tp is tuple:
+        return type(a)(_tiny_cpu_arg(x) for x in a)
+    if isinstance(a, torch.device) and a.type == "xla":
+        return torch.device("cpu")
+    return a
 
 
 def _has_empty(args: Any) -> bool:
