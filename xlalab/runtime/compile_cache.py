@@ -60,8 +60,8 @@ _JAX_EVENTS = {
 }
 
 
-def _on_jax_event(name: str, **_: Any) -> None:
-    counter = _JAX_EVENTS.get(name)
+def _on_jax_event(event: str, **_: str | int) -> None:
+    counter = _JAX_EVENTS.get(event)
     if counter is not None:
         metrics.count(counter)
 
