@@ -9,8 +9,13 @@ PIP := $(PYTHON) -m pip
 # The versions CI tested: every package `pip install -e .[test]` brings, and the build backend,
 # pinned (make lock refreshes the file; docs/setup.md). pyproject.toml keeps open ranges for
 # `pip install xlalab` users. PIP_CONSTRAINT reaches pip's isolated build environments too.
-LOCK := requirements/lock.txt
-PIP_LOCKED := PIP_CONSTRAINT="$(CURDIR)/$(LOCK)" $(PIP)
+# It is resolved with CPython 3.11.7 on Linux x86-64; `make LOCK= install` takes the newest versions
+# pyproject.toml allows instead (a Python the lock does not fit, or to try tomorrow's versions).
+LOCK ?= requirements/lock.txt
+PIP_LOCKED := PIP_CONSTRAINT="$(if $(LOCK),$(abspath $(LOCK)))" $(PIP)
+OR_LOCK_HINT := $(if $(LOCK),|| { echo "pip could not install the versions in $(LOCK) into $(PYTHON): \
+	run 'make PYTHON=$(PYTHON) lock' to resolve them for it or 'make LOCK= install' for the newest \
+	versions pyproject.toml allows"; exit 1; })
 
 # One stamp per Python environment: installing into one says nothing about another. The key is
 # the environment's prefix, the identity of its site-packages (a venv made anew at the same path
@@ -71,9 +76,9 @@ $(STAMP): pyproject.toml $(LOCK) | $(EXT_BUILD)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "xlalab needs Python 3.10 or newer")'
 	# torch==2.13.0 resolves to the local CPU wheel (pip.conf's find-links); an unpinned torch would
 	# pull CUDA.
-	$(PIP_LOCKED) install torch==2.13.0
+	$(PIP_LOCKED) install torch==2.13.0 $(OR_LOCK_HINT)
 	$(PYTHON) -c "$$LABEXTENSION_LINK" unlink
-	$(PIP_LOCKED) install -e ".[test]"
+	$(PIP_LOCKED) install -e ".[test]" $(OR_LOCK_HINT)
 	$(PYTHON) -c "$$LABEXTENSION_LINK" link
 	# The browser of the end-to-end tests (tests/e2e), Debian's Chromium, and gdb for dump-stacks,
 	# when we may install them.
