@@ -568,7 +568,8 @@ def test_an_analysis_failure_warns_users_and_fails_tests(
 def test_mnist_example_under_pt_xla_debug_has_no_internal_error(tmp_path: Path) -> None:
     """The seeds' convnet (MaxPool2d, Dropout, log_softmax) under PT_XLA_DEBUG=1."""
     script = Path(__file__).parents[1] / "examples" / "mnist_train.py"
-    env = dict(os.environ, PT_XLA_DEBUG="1", XLALAB_ANALYSIS_ERRORS="raise")
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PT_XLA_DEBUG="1", XLALAB_ANALYSIS_ERRORS="raise", PYTHONPATH=root)
     proc = subprocess.run(
         [sys.executable, str(script), "--steps", "3", "--batch", "8"],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,

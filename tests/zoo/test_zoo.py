@@ -12,6 +12,7 @@ zoo's time goes to, and the notebook run already covers every model.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -69,6 +70,12 @@ def shell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
         for name in ("PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE"):
             config.set(name, config.SETTINGS[name].default)
         s.ok("%unload_ext xlalab")
+
+
+def _env() -> dict[str, str]:
+    """The environment for a child process: this checkout importable however it was installed."""
+    root = str(Path(__file__).resolve().parents[2])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
 
 
 def _args(a: tuple[int, int]) -> str:
@@ -132,7 +139,7 @@ def test_debug_run_trains_the_zoo_under_pt_xla_debug(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "xlalab.tools.debug_run", "--outfile", str(archive), "--tidy", "--",
          sys.executable, "-u", str(script)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     files: dict[str, str] = {}
