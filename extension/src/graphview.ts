@@ -31,10 +31,11 @@ function testId(id: string): Record<string, string> {
 export const MIN_LABEL_PX = 12;
 
 /**
- * How a graph view jumps to a notebook line. The plugin sets it when JupyterLab starts
- * (index.ts); the MIME renderer, a separate entry point of the same bundle, reads it.
+ * The DOM event a source link dispatches (bubbling, `detail` the location). The plugin
+ * (index.ts) listens on the document and jumps in the notebook that holds the graph: the
+ * MIME renderer is a separate entry point, so an event is how the two meet.
  */
-export const graphLinks: { jumpTo: ((where: SourceLocation) => void) | null } = { jumpTo: null };
+export const JUMP_EVENT = 'xlalab-jump-to-line';
 
 export interface GraphViewOptions {
   /** nodes to highlight (a recompile's differences), by dot node id */
@@ -291,9 +292,10 @@ export class GraphView extends Widget implements IRenderMime.IRenderer {
         : h(
             'p',
             { class: 'xlalab-Graph-noFrames', attrs: testId('xlalab-graph-no-frames') },
-            'No source line was recorded for this node. Run ',
+            'No source line was recorded for this node (an input, or an op made while line ' +
+              'recording was off). ',
             h('code', {}, '%xla_debug on'),
-            ' before the code that builds the graph: it records the line that creates every op.'
+            ' records the line that creates every op, from the next cell on.'
           ),
       node.frames.length
         ? h('ol', { class: 'xlalab-Frames' }, ...node.frames.map(f => this._frameItem(f)))
@@ -304,8 +306,7 @@ export class GraphView extends Widget implements IRenderMime.IRenderer {
   /** A source frame; one in a notebook cell is a link that jumps to its cell and line. */
   private _frameItem(frame: SourceLocation): HTMLElement {
     const suffix = frame.function && frame.function !== '<module>' ? ` in ${frame.function}` : '';
-    const jumpTo = graphLinks.jumpTo;
-    if (!frame.cell || !jumpTo) {
+    if (!frame.cell) {
       return h('li', {}, h('code', {}, frame.label), suffix);
     }
     return h(
@@ -325,7 +326,7 @@ export class GraphView extends Widget implements IRenderMime.IRenderer {
           on: {
             click: (event: Event) => {
               event.preventDefault();
-              jumpTo(frame);
+              event.target?.dispatchEvent(new CustomEvent(JUMP_EVENT, { bubbles: true, detail: frame }));
             }
           }
         },

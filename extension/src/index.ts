@@ -11,7 +11,7 @@ import { BridgeRegistry } from './comm';
 import { ActiveKernel } from './current';
 import { shortHash } from './format';
 import { GraphDiffView } from './graphdiffview';
-import { GraphView, graphLinks } from './graphview';
+import { GraphView, JUMP_EVENT } from './graphview';
 import { xlaIcon } from './icon';
 import { jumpToLocation } from './jump';
 import { PANEL_ID, XlaPanel } from './panel';
@@ -105,7 +105,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
         void jumpToLocation(notebook, where, id => app.shell.activateById(id));
       }
     };
-    graphLinks.jumpTo = jumpTo;
+    // A source link in a graph (an output, or a graph tab): the notebook that holds the
+    // graph, else the active one.
+    document.addEventListener(JUMP_EVENT, event => {
+      const where = (event as CustomEvent<SourceLocation>).detail;
+      const target = event.target as Node | null;
+      const notebook = (target && tracker.find(p => p.node.contains(target))) || active.panel;
+      if (notebook && where) {
+        void jumpToLocation(notebook, where, id => app.shell.activateById(id));
+      }
+    });
     const panel = new XlaPanel(active, {
       jumpTo,
       openGraph: hash => void openGraph(app, active, hash),

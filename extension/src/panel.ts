@@ -88,8 +88,8 @@ export class XlaPanel extends Widget {
     attrs: testId('xlalab-runtime')
   });
   private _timelineWindow: number | null = null;
-  private _clears = -1;
-  private _generation = -1;
+  /** the model's clears and generation when the report shown was asked for */
+  private _reportAskedAt: [number, number] = [-1, -1];
   private readonly _transferRow = h('div', { class: 'xlalab-Stat' });
   private readonly _fallbackList = h('ul', { class: 'xlalab-FallbackList' });
   private readonly _timeline = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
@@ -327,10 +327,10 @@ export class XlaPanel extends Widget {
     if (!model || !connected) {
       return;
     }
-    // A clear (from this page or another) or a new kernel: what the report said is stale.
-    if (model.clears !== this._clears || model.generation !== this._generation) {
-      this._clears = model.clears;
-      this._generation = model.generation;
+    // A clear (from this page or another) or a new kernel since the report was asked for:
+    // what it says is stale.
+    const [clears, generation] = this._reportAskedAt;
+    if (model.clears !== clears || model.generation !== generation) {
       this._hideReport();
     }
     replaceChildren(
@@ -497,9 +497,12 @@ export class XlaPanel extends Widget {
     if (!bridge) {
       return;
     }
+    const askedAt: [number, number] = [bridge.model.clears, bridge.model.generation];
     try {
       const result = (await bridge.request('metrics_report', { short: false })) as { text?: unknown };
-      setText(this._reportText, typeof result?.text === 'string' ? result.text : '');
+      this._reportAskedAt = askedAt;
+      const text = typeof result?.text === 'string' ? result.text.trim() : '';
+      setText(this._reportText, text || 'No metrics recorded since the last clear.');
       this._report.classList.remove('xlalab-mod-hidden');
       setText(this._notice, '');
     } catch (error) {

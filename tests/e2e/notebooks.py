@@ -52,8 +52,10 @@ def step(batch):
     return loss""",
     "step(8)\nloss = step(8)",
     "# the same step, one sample fewer\n" + RECOMPILE_LINE,
+    "import jax\n\nprint(jax.config.jax_compilation_cache_dir)  # what the panel's Compile cache row says",
 ]
 RECOMPILE_CELL = 3
+CACHE_DIR_CELL = 4
 
 # 3. A CPU fallback, and an .item() inside a training loop's step.
 ITEM_LINE = "value = loss.item()  # reads a pending value before the step's end"
@@ -135,6 +137,29 @@ z = ns["evil_scale"](torch.ones(2, device=dev))""",
 ]
 ESCAPING_GRAPH_CELL = 4
 
+# 8. Graphs a newcomer draws: a long chain (its labels must be legible at the first zoom, its
+# nodes link to the line that made them), a graph with more outputs than --max-nodes, and one
+# built with line recording off (the inspector says how to turn it on).
+LEGIBLE_CHAIN = 80
+MANY_ROOTS = 30
+MAX_NODES = 20
+FRAMES_LINE = "chain = chain + 1  # the line the inspector links to"
+NEWCOMER_GRAPHS = [
+    LOAD,
+    SETUP
+    + f"""
+chain = torch.zeros(2, device=dev)
+for _ in range({LEGIBLE_CHAIN}):
+    {FRAMES_LINE}""",
+    "%xla_graph chain --format dot --max-nodes 0",
+    f"outs = [torch.ones(2, device=dev) * i for i in range({MANY_ROOTS})]",
+    f"%xla_graph --format dot --max-nodes {MAX_NODES}",
+    "%xla_debug off",
+    "w = torch.ones(3, device=dev)\nv = (w * 2).exp()",
+    "%xla_graph v --format dot",
+]
+FRAMES_CELL, CHAIN_GRAPH_CELL, ROOTS_GRAPH_CELL, NO_FRAMES_GRAPH_CELL = 1, 2, 4, 7
+
 NOTEBOOKS: dict[str, list[str]] = {
     "plain.ipynb": PLAIN,
     "compile_recompile.ipynb": COMPILE_RECOMPILE,
@@ -144,6 +169,7 @@ NOTEBOOKS: dict[str, list[str]] = {
     "two_b.ipynb": TWO_B,
     "escaping.ipynb": ESCAPING,
     "two_pages.ipynb": TWO_PAGES,
+    "newcomer_graphs.ipynb": NEWCOMER_GRAPHS,
 }
 
 

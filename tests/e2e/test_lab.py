@@ -62,6 +62,8 @@ def test_kernel_without_xlalab_says_how_to_enable_it(lab: Lab, artifacts: Path) 
     status = lab.panel.get_by_test_id("xlalab-state")
     expect(status).to_contain_text("not enabled")
     expect(status).to_contain_text("%load_ext xlalab")
+    # The status bar says so too, instead of counting compiles that cannot happen.
+    expect(lab.testid("xlalab-status")).to_have_text("XLA: not loaded")
     lab.screenshot(artifacts / "not-enabled.png")
 
 

@@ -222,13 +222,18 @@ class _Table:
     def shown(self, max_nodes: int | None) -> list[int] | None:
         """Row numbers to print when there are more than ``max_nodes`` (None: print all).
 
-        The first and last nodes, and every root wherever it sits.
+        At most ``max_nodes`` rows: the roots first (the graph's outputs, wherever they sit),
+        then the first and last rows in the budget left.
         """
         if max_nodes is None or len(self) <= max_nodes:
             return None
-        head = max(max_nodes // 2, 1)
-        tail = max(max_nodes - head, 1)
-        keep = set(range(head)) | set(range(len(self) - tail, len(self))) | set(self.roots)
+        keep = set(sorted(self.roots)[:max_nodes])
+        left = max_nodes - len(keep)
+        head = [k for k in range(len(self)) if k not in keep][: (left + 1) // 2]
+        keep.update(head)
+        tail_budget = max_nodes - len(keep)
+        if tail_budget:
+            keep.update([k for k in range(len(self) - 1, -1, -1) if k not in keep][:tail_budget])
         return sorted(keep)
 
     def op_count_list(self) -> list[tuple[str, int]]:

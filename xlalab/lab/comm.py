@@ -32,10 +32,7 @@ def compile_cache_dir() -> str | None:
     JAX's config: nothing is compiled or started to find out)."""
     import jax
 
-    try:
-        value = jax.config.jax_compilation_cache_dir
-    except AttributeError:  # a JAX without a persistent cache
-        return None
+    value = getattr(jax.config, "jax_compilation_cache_dir", None)  # None: a JAX without the cache
     return str(value) if value else None
 
 
@@ -267,4 +264,6 @@ class CommServer:
             if fmt not in ("json", "dot", "text"):
                 raise ValueError(f"unknown graph format {fmt!r}: use json, dot or text")
             return graph_payload(graph, self.watcher.cells, title=f"graph {h}")
-        raise ValueError(f"unknown request {what!r}: use snapshot, runtime, metrics_report, graph, warnings or clear")
+        raise ValueError(
+            f"unknown request {what!r}: use snapshot, runtime, metrics_report, graph, warnings or clear"
+        )

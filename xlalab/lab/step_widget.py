@@ -1,9 +1,9 @@
 """The notebook face of the stepper (``%xla_step [TENSOR ...]``): an ipywidgets panel.
 
 The panel shows the row about to run (op, shape, source line), buttons Next / Run to node /
-Run to end / Compare with eager, previews of the last computed value and of the current
-row's inputs, and a window of the node list around the cursor. ``stepper_text`` gives the
-same view as plain text for frontends without widgets.
+Run to end / Compare with eager / Find divergence / Reset, previews of the last computed value
+and of the current row's inputs, and a window of the node list around the cursor.
+``stepper_text`` gives the same view as plain text for frontends without widgets.
 
 Every string shown is ``html.escape``d: op names, file names and tensor values come from
 user code.
@@ -85,6 +85,14 @@ def stepper_text(stepper: Stepper) -> str:
 # --------------------------------------------------------------------------- widget
 
 
+def rewind(stepper: Stepper) -> None:
+    """Puts the cursor back on the first row and forgets every computed value: the graph is
+    kept (never the tensors), so stepping again runs the same nodes on the same inputs."""
+    stepper._env = [None] * len(stepper.graph.nodes)
+    stepper._computed = 0
+    stepper.cursor = 0
+
+
 def _pre(text: str) -> str:
     return f"<pre style='margin:0'>{html.escape(text)}</pre>"
 
@@ -113,6 +121,9 @@ class StepperPanel:
             tooltip="run on comparing every row with eager; stop after the first that differs by over 1e-4",
             layout=widgets.Layout(width="auto"),
         )
+        self.reset_button = widgets.Button(
+            description="Reset", tooltip="back to the first row, every value forgotten: step again"
+        )
         self.status = widgets.HTML()
         self.preview = widgets.HTML()
         self.listing = widgets.HTML()
@@ -124,6 +135,7 @@ class StepperPanel:
                 self.run_to_end_button,
                 self.compare_button,
                 self.divergence_button,
+                self.reset_button,
             ],
             layout=widgets.Layout(flex_flow="row wrap"),
         )
@@ -133,7 +145,13 @@ class StepperPanel:
         self.run_to_end_button.on_click(lambda _: self._act(self.stepper.run_to_end))
         self.compare_button.on_click(lambda _: self._act(self._compare))
         self.divergence_button.on_click(lambda _: self._act(self._divergence))
+        self.reset_button.on_click(lambda _: self._act(self._reset))
         self.refresh()
+
+    def _reset(self) -> str:
+        rewind(self.stepper)
+        return f"reset: back at %0, {len(self.stepper)} rows to run"
+
 
     def _run_to_target(self) -> None:
         text = self.target.value.strip()
@@ -169,6 +187,7 @@ class StepperPanel:
         self.run_to_end_button.disabled = done
         self.divergence_button.disabled = done
         self.compare_button.disabled = s.last is None
+        self.reset_button.disabled = s.cursor == 0
         colour = "#b00020" if error else "inherit"
         self.status.value = f"<span style='color:{colour}'>{_pre(message)}</span>" if message else ""
         previews = "\n".join(p for p in (last_value_text(s), inputs_text(s)) if p)
