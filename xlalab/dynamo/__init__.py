@@ -18,6 +18,7 @@ reason and the user's line) and recompiles (the guard that failed, in plain word
 
 from __future__ import annotations
 
+from . import report
 from .backend import backend, register
 from .executable import CompiledGraph
 from .integration import install, install_when_dynamo_loads
@@ -30,6 +31,15 @@ from .report import (
     compiled_functions,
     explain_guard,
 )
+
+
+def reset() -> None:
+    """``torch._dynamo.reset()`` (every function compiles again) and a fresh report."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    report.reset()
+
 
 # torch._dynamo takes seconds to import: wait for torch.compile to import it, then register.
 install_when_dynamo_loads()
@@ -47,4 +57,5 @@ __all__ = [
     "install",
     "install_when_dynamo_loads",
     "register",
+    "reset",
 ]

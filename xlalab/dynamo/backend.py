@@ -21,7 +21,7 @@ def _compiler(label: str, part: str) -> Callable[[fx.GraphModule, list[Any]], Ca
         from functorch.compile import make_boxed_func
 
         compiled = CompiledGraph(gm, f"{label}, {part}")
-        report.note_aot_graph(label, part, gm)
+        report.note_aot_graph(label, part, gm, compiled)
         return make_boxed_func(compiled)  # type: ignore[no-any-return]
 
     return compile_part

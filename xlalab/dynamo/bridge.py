@@ -29,7 +29,9 @@ def extract_compiled_graph(xla_model: fx.GraphModule, xla_args: Sequence[Any]) -
     integration.install()
     label = report.note_dynamo_graph(xla_model)
     del xla_args
-    return CompiledGraph(xla_model, f"{label}, openxla")
+    compiled = CompiledGraph(xla_model, f"{label}, openxla")
+    report.note_aot_graph(label, "openxla", xla_model, compiled)
+    return compiled
 
 
 def is_xla_tensor(tensor: Any) -> bool:

@@ -242,6 +242,8 @@ def _cut_reason(ev: events.Event) -> str | None:
     if isinstance(ev, events.FallbackEvent):
         return f"{ev.op} has no XLA lowering and ran on the CPU"
     if isinstance(ev, events.SyncEvent):
+        if ev.reason.startswith("fallback"):
+            return f"{ev.reason.partition(':')[2] or 'an op'} has no XLA lowering and ran on the CPU"
         return f"a value was read while tracing ({ev.reason})"
     if isinstance(ev, events.TransferEvent) and ev.direction == "from_device":
         return "a value was copied to the CPU while tracing"

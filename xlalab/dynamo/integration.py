@@ -39,6 +39,9 @@ _INFRASTRUCTURE = (
     "xlalab.experimental",
     "xlalab.tools",
     "xlalab.compat",
+    # The runtime's compiler: its Python runs between graphs too, never inside one.
+    "jax",
+    "jaxlib",
 )
 
 

@@ -68,6 +68,7 @@ class GraphReport:
     fx_code: str
     num_ops: int
     aot_code: dict[str, str] = field(default_factory=dict)  # "forward"/"backward" -> aten FX code
+    compiled: list[Any] = field(default_factory=list)  # its CompiledGraphs (hlo(), variants)
     programs: list[Any] = field(default_factory=list)  # runtime Programs compiled for it
 
 
@@ -100,6 +101,7 @@ def compiled_functions() -> list[FunctionReport]:
 
 
 def reset() -> None:
+    """Forget every report (``xlalab.dynamo.reset()`` also resets dynamo's caches)."""
     _FUNCTIONS.clear()
     _BY_LABEL.clear()
     _FN_BY_LABEL.clear()
@@ -143,7 +145,7 @@ def _function(code: Any) -> FunctionReport:
         if m:  # the rest of a function after a graph break belongs to that function
             name = m.group(1)
             for (file, _line, fname), rep in _FUNCTIONS.items():
-                if file == code.co_filename and fname == name:
+                if file == code.co_filename and (fname == name or fname.endswith("." + name)):
                     return rep
         key = (code.co_filename, code.co_firstlineno, name)
     found = _FUNCTIONS.get(key)
@@ -185,10 +187,11 @@ def note_dynamo_graph(gm: Any) -> str:
     return label
 
 
-def note_aot_graph(label: str, part: str, gm: Any) -> None:
+def note_aot_graph(label: str, part: str, gm: Any, compiled: Any) -> None:
     graph = _BY_LABEL.get(label)
     if graph is not None:
         graph.aot_code[part] = gm.code
+        graph.compiled.append(compiled)
 
 
 def note_program(name: str, ir_graph: Any, program: Any) -> None:
@@ -212,14 +215,14 @@ def _first_line(text: str) -> str:
 # ----------------------------------------------------------------------------- guards in plain words
 
 _SIZE = re.compile(
-    r"tensor '(?P<name>[^']+)' size mismatch at index (?P<i>\d+)\. expected (?P<a>\d+), actual (?P<b>\d+)"
+    r"tensor '(?P<name>.+)' size mismatch at index (?P<i>\d+)\. expected (?P<a>\d+), actual (?P<b>\d+)"
 )
 _STRIDE = re.compile(
-    r"tensor '(?P<name>[^']+)' stride mismatch at index (?P<i>\d+)\. expected (?P<a>\d+), actual (?P<b>\d+)"
+    r"tensor '(?P<name>.+)' stride mismatch at index (?P<i>\d+)\. expected (?P<a>\d+), actual (?P<b>\d+)"
 )
-_DTYPE = re.compile(r"tensor '(?P<name>[^']+)' dtype mismatch\. expected (?P<a>\w+), actual (?P<b>\w+)")
-_GRAD = re.compile(r"tensor '(?P<name>[^']+)' requires_grad mismatch\. expected requires_grad=(?P<a>\d)")
-_RANK = re.compile(r"tensor '(?P<name>[^']+)' rank mismatch\. expected (?P<a>\d+), actual (?P<b>\d+)")
+_DTYPE = re.compile(r"tensor '(?P<name>.+)' dtype mismatch\. expected (?P<a>\w+), actual (?P<b>\w+)")
+_GRAD = re.compile(r"tensor '(?P<name>.+)' requires_grad mismatch\. expected requires_grad=(?P<a>\d)")
+_RANK = re.compile(r"tensor '(?P<name>.+)' rank mismatch\. expected (?P<a>\d+), actual (?P<b>\d+)")
 _EQ = re.compile(r"^(?P<name>.+?) == (?P<a>[^\s]+)\s*(#.*)?$")
 _SOURCE = re.compile(r"L\['([^']+)'\]|G\['([^']+)'\]")
 

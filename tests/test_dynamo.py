@@ -1,0 +1,217 @@
+"""Compiled mode: ``torch.compile(..., backend="xlalab")`` on xla tensors, against eager PyTorch.
+
+- the reference workloads' whole train step compiled (forward, loss, backward, clip, optimizer)
+  gives eager CPU's losses and parameters, and a steady step runs one program per graph with
+  no compile;
+- a Hugging Face GPT-2 from a tiny config trains compiled with eager's losses;
+- in-place updates of inputs (batch norm's running statistics), views, random ops;
+- a graph break and a recompile are reported with dynamo's reason, the guard in plain words,
+  and the user's line; ``backend="openxla"`` works under torch_xla's names.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import pytest
+import torch
+import torch._dynamo
+import torch.nn.functional as F
+from torch import nn
+
+import xlalab
+import xlalab.debug.metrics as met
+import xlalab.dynamo as dynamo
+from xlalab.runtime import events
+from xlalab.testing.workloads import WORKLOADS, train_step
+
+STEPS = 4
+
+
+def _losses(
+    name: str, device: torch.device | str, compiled: bool
+) -> tuple[list[float], list[torch.Tensor], list[dict[str, int]]]:
+    w = WORKLOADS[name]
+    model = w.make_model(0, dropout=0.0).to(device)
+    opt = w.make_optimizer(model.parameters())
+    step = torch.compile(train_step, backend="xlalab") if compiled else train_step
+    losses: list[torch.Tensor] = []
+    counts: list[dict[str, int]] = []
+    for i in range(STEPS):
+        inputs, targets = w.make_batch(i, 4, device)
+        before = {k: met.counter_value(k) or 0 for k in ("UncachedCompile", "ExecuteComputation")}
+        losses.append(step(w, model, opt, inputs, targets).detach())
+        counts.append({k: (met.counter_value(k) or 0) - v for k, v in before.items()})
+    values = [float(x) for x in torch.stack([x.cpu() for x in losses])]
+    state = [p.detach().cpu() for p in model.parameters()] + [b.cpu() for b in model.buffers()]
+    return values, state, counts
+
+
+@pytest.mark.parametrize("name", ["mnist", "mlp"])
+def test_compiled_train_step_matches_eager(name: str, dev: torch.device) -> None:
+    dynamo.reset()
+    eager_losses, eager_state, _ = _losses(name, "cpu", compiled=False)
+    xlalab.mark_step()
+    losses, state, counts = _losses(name, dev, compiled=True)
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager_losses), rtol=1e-4, atol=1e-5)
+    for got, want in zip(state, eager_state):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=5e-5)
+    # Steady steps compile nothing; the step's graphs run as a handful of programs.
+    assert [c["UncachedCompile"] for c in counts[2:]] == [0] * (STEPS - 2), counts
+    assert counts[-1]["ExecuteComputation"] == counts[-2]["ExecuteComputation"], counts
+
+
+def test_gpt2_from_tiny_config_trains_compiled(dev: torch.device) -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(
+        vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    cpu_model = transformers.GPT2LMHeadModel(config)
+    xla_model = copy.deepcopy(cpu_model).to(dev)
+    tokens = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
+
+    def step(model: nn.Module, opt: torch.optim.Optimizer, ids: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        return loss
+
+    cpu_opt = torch.optim.SGD(cpu_model.parameters(), lr=0.1)
+    xla_opt = torch.optim.SGD(xla_model.parameters(), lr=0.1)
+    compiled = torch.compile(step, backend="xlalab")
+    for _ in range(3):
+        want = step(cpu_model, cpu_opt, tokens)
+        got = compiled(xla_model, xla_opt, tokens.to(dev))
+        torch.testing.assert_close(got.cpu(), want.detach(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        xla_model.lm_head.weight.detach().cpu(), cpu_model.lm_head.weight.detach(), rtol=1e-4, atol=1e-5
+    )
+
+
+def test_inplace_updates_of_inputs_and_views(dev: torch.device) -> None:
+    torch.manual_seed(0)
+    bn = nn.BatchNorm1d(3)
+    xbn = copy.deepcopy(bn).to(dev)
+    x = torch.randn(5, 3)
+    f = torch.compile(xbn, backend="xlalab")
+    for _ in range(2):
+        torch.testing.assert_close(f(x.to(dev)).cpu(), bn(x).detach())
+    torch.testing.assert_close(xbn.running_mean.cpu(), bn.running_mean)
+    torch.testing.assert_close(xbn.running_var.cpu(), bn.running_var)
+    assert int(xbn.num_batches_tracked.cpu()) == 2
+
+    def scale_rows(buf: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        buf[1:].mul_(2)  # a write through a view of an input
+        buf.t()[0].add_(y)  # through a transposed view
+        return buf.view(-1)
+
+    g = torch.compile(scale_rows, backend="xlalab")
+    a, y = torch.arange(12.0).reshape(4, 3), torch.ones(4)
+    ax = a.to(dev)
+    out = g(ax, y.to(dev))
+    want = scale_rows(a, y)
+    torch.testing.assert_close(ax.cpu(), a)
+    torch.testing.assert_close(out.cpu(), want)
+
+
+def test_random_ops_draw_fresh_numbers_each_call(dev: torch.device) -> None:
+    f = torch.compile(lambda x: F.dropout(x, 0.5, training=True), backend="xlalab")
+    x = torch.ones(4096, device=dev)
+    first, second = f(x).cpu(), f(x).cpu()
+    assert not torch.equal(first, second)
+    for out in (first, second):
+        kept = (out != 0).float().mean().item()
+        assert 0.45 < kept < 0.55
+        assert set(out.unique().tolist()) <= {0.0, 2.0}
+    torch.manual_seed(7)
+    again = f(x).cpu()
+    torch.manual_seed(7)
+    assert torch.equal(f(x).cpu(), again)
+
+
+def test_graph_break_and_recompile_are_reported(dev: torch.device) -> None:
+    dynamo.reset()
+    seen: list[events.Event] = []
+    unsubscribe = events.subscribe(seen.append)
+
+    def breaks(x: torch.Tensor) -> torch.Tensor:
+        y = x.relu()
+        if y.sum().item() > 0:  # dynamo cannot trace a data-dependent branch
+            y = y + 1
+        return y * 2
+
+    break_line = inspect.getsourcelines(breaks)[1] + 2
+    try:
+        f = torch.compile(breaks, backend="xlalab")
+        x = torch.arange(-3.0, 13.0, device=dev)
+        torch.testing.assert_close(f(x).cpu(), breaks(x.cpu()))
+        call_line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+        f(torch.arange(-3.0, 12.0, device=dev))  # 16 -> 15 elements: a new shape
+    finally:
+        unsubscribe()
+    (rep,) = [r for r in dynamo.compiled_functions() if r.name.endswith("breaks")]
+    assert rep.num_graphs >= 2
+    reason, where = rep.breaks[0]
+    assert reason.startswith("Unsupported Tensor.item() call"), reason
+    assert where is not None and where.line == break_line and where.file == __file__
+    guard, words, call = rep.recompiles[0]
+    assert words == "`x.size(0)` changed 16 → 15", (guard, words)
+    assert call is not None and call.line == call_line
+    kinds = {e.kind for e in seen}
+    assert {"graph_break", "dynamo_recompile", "dynamo_graph", "compile", "execute"} <= kinds
+    recompile = next(e for e in seen if isinstance(e, dynamo.RecompileEvent))
+    assert recompile.frames[0].line == call_line
+
+
+def test_explain_guard_in_plain_words() -> None:
+    assert dynamo.explain_guard("0/0: tensor 'x' size mismatch at index 0. expected 16, actual 15") == (
+        "`x.size(0)` changed 16 → 15"
+    )
+    assert dynamo.explain_guard(
+        "tensor 'L['self']._modules['fc'].weight' dtype mismatch. expected Float, actual Half"
+    ) == ("`self.fc.weight.dtype` changed Float → Half")
+    assert dynamo.explain_guard("L['n'] == 3") == "`n` is no longer 3 (a Python value baked into the graph)"
+
+
+def test_a_graph_without_a_lowering_runs_lazily_with_a_warning(dev: torch.device) -> None:
+    dynamo.reset()
+
+    def middle(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).median() + x.sum()  # aten::median has no lowering: it runs on the CPU
+
+    f = torch.compile(middle, backend="xlalab")
+    x = torch.tensor([3.0, 1.0, 2.0, 5.0, 4.0])
+    with pytest.warns(UserWarning, match=r"aten::median has no XLA lowering"):
+        got = f(x.to(dev))
+    assert float(got.cpu()) == float(middle(x))
+    assert float(f((x + 1).to(dev)).cpu()) == float(middle(x + 1))  # later calls: lazily, same values
+    (rep,) = [r for r in dynamo.compiled_functions() if r.name.endswith("middle")]
+    assert rep.lazy and "aten::median" in rep.lazy[0]
+
+
+def test_openxla_backend_under_torch_xla_names(dev: torch.device) -> None:
+    xlalab.use_torch_xla_names()
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 3)
+    xlin = copy.deepcopy(lin).to(dev)
+    f = torch.compile(xlin, backend="openxla")
+    x = torch.randn(2, 4)
+    got = f(x.to(dev))
+    got.sum().backward()
+    lin(x).sum().backward()
+    torch.testing.assert_close(got.detach().cpu(), lin(x).detach())
+    torch.testing.assert_close(xlin.weight.grad.cpu(), lin.weight.grad)
+
+
+def test_hlo_of_a_compiled_graph(dev: torch.device) -> None:
+    dynamo.reset()
+    f = torch.compile(lambda x: (x * 2).sin(), backend="xlalab")
+    f(torch.ones(3, device=dev))
+    (rep,) = [r for r in dynamo.compiled_functions() if r.graphs and "sin" in r.graphs[-1].fx_code]
+    graph = rep.graphs[-1]
+    assert "forward" in graph.aot_code and "aten.sin" in graph.aot_code["forward"]
+    assert "sine" in graph.compiled[-1].hlo() and "stablehlo.sine" in graph.compiled[-1].hlo("stablehlo")
