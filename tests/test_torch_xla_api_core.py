@@ -129,6 +129,12 @@ def procs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, subpro
         "collectives": _run(COLLECTIVES, {**env, "XLA_NUM_DEVICES": "4"}, tmp),
         "hook_on": _run(UNCHANGED_SCRIPT, {**env, "XLALAB_TORCH_XLA": "1"}, tmp),
         "hook_off": _run("import torch_xla", env, tmp),
+        "hook_after_xlalab": _run(
+            "import sys, xlalab, torch_xla\n"
+            "print(torch_xla.__version__, [type(f).__name__ for f in sys.meta_path])",
+            {**env, "XLALAB_TORCH_XLA": "1"},
+            tmp,
+        ),
         "hook_real": _run(
             "import sys, torch_xla; print(torch_xla.REAL, 'xlalab' in sys.modules)",
             {**env, "XLALAB_TORCH_XLA": "1", "PYTHONPATH": f"{real}{os.pathsep}{env['PYTHONPATH']}"},
@@ -158,6 +164,13 @@ def test_unchanged_script_imports_torch_xla_under_the_env_switch(
 ) -> None:
     out, _ = _out(procs["hook_on"])
     assert out.split() == ["torch_xla", "xlalab.core.xla_model", "CPU", "[3.0,", "3.0]"]
+
+
+def test_hook_and_import_xlalab_first_agree(procs: dict[str, subprocess.Popen[str]]) -> None:
+    out, _ = _out(procs["hook_after_xlalab"])
+    version, finders = out.split(" ", 1)
+    assert version == "0.1.0+xlalab"
+    assert "_Finder" in finders and "DeferredTorchXlaNames" not in finders  # one finder serves the names
 
 
 def test_hook_does_nothing_without_the_switch(procs: dict[str, subprocess.Popen[str]]) -> None:
@@ -410,7 +423,7 @@ def test_autocast_on_xla_in_bfloat16(dev: torch.device) -> None:
     assert (h.dtype, out.dtype, probs.dtype) == (torch.bfloat16, torch.float32, torch.float32)
     loss.backward()
     assert model[0].weight.grad is not None and model[0].weight.grad.dtype == torch.float32
-    with torch.autocast("xla", dtype=torch.bfloat16):
+    with torch.autocast("xla"):  # bfloat16 by default, as torch_xla's
         assert model[0](x).dtype == torch.bfloat16
     assert model[0](x).dtype == torch.float32
     cpu = torch.nn.Linear(8, 8)

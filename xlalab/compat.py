@@ -151,6 +151,8 @@ def _fill(module: ModuleType) -> None:
     # ._XLAC as attributes, as the real package does: scripts rely on that.
     for sub in ("_XLAC", "core.xla_model", "debug.metrics", "runtime"):
         importlib.import_module(f"torch_xla.{sub}")
+    # The real package registers its autocast kernels at import: torch.autocast("xla") works.
+    importlib.import_module("xlalab.amp")
 
 
 class _TorchXlaDistribution(importlib.metadata.Distribution):
@@ -174,6 +176,7 @@ def _version() -> str:
 
 
 _FINDER = _Finder()
+_HOOK_MODULE = "_xlalab_torch_xla"  # the .pth hook's finder (xlalab/_hook), installed at the top level
 
 
 def _where(spec: importlib.machinery.ModuleSpec) -> str:
@@ -182,16 +185,25 @@ def _where(spec: importlib.machinery.ModuleSpec) -> str:
     return ", ".join(spec.submodule_search_locations or []) or "on sys.path"
 
 
+def _real_spec(name: str) -> importlib.machinery.ModuleSpec | None:
+    """``find_spec(name)`` by every finder but xlalab's own (this module's and the .pth hook's)."""
+    saved = list(sys.meta_path)
+    sys.meta_path[:] = [f for f in saved if f is not _FINDER and type(f).__module__ != _HOOK_MODULE]
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    finally:
+        sys.meta_path[:] = saved
+
+
 def _refuse_if_real(reason: str) -> None:
     for top in _TOPS:
         loaded = sys.modules.get(top)
         if loaded is not None and not getattr(loaded, "__xlalab__", False):
             where = getattr(loaded, "__file__", None) or "already imported"
         else:
-            try:
-                spec = importlib.util.find_spec(top)
-            except (ImportError, ValueError):
-                spec = None
+            spec = _real_spec(top)
             if spec is None:
                 continue
             where = _where(spec)
@@ -223,6 +235,8 @@ def _install(reason: str) -> None:
     # First on the path, so that our answer wins over any later finder; the check above
     # guarantees there is no real torch_xla for it to hide.
     sys.meta_path.insert(0, _FINDER)
+    # The .pth hook's job is done: from now on this finder answers (and remove_ takes it away).
+    sys.meta_path[:] = [f for f in sys.meta_path if type(f).__module__ != _HOOK_MODULE]
 
 
 def torch_xla_names_installed() -> bool:

@@ -147,6 +147,8 @@ def install() -> None:
                 except RuntimeError:
                     continue  # an overload the dispatcher does not let us override
     _LIBRARIES.extend([fallthrough, aten])
+    # PyTorch's default for a PrivateUse1 device is float16; torch_xla's for xla is bfloat16.
+    torch.set_autocast_dtype("xla", torch.bfloat16)
 
 
 class autocast(torch.amp.autocast_mode.autocast):
