@@ -421,6 +421,14 @@ def train(read):
     xm.mark_step()
     return out
 
+def unrolled(k):
+    y = w
+    for _ in range(k):
+        y = y * 2  # LOOP
+    s = y.sum()
+    xm.mark_step()
+    return s
+
 def dynamic(x):
     idx = torch.nonzero(x > 0)  # NONZERO
     total = (idx * 2).sum()
@@ -454,6 +462,15 @@ def test_a_different_code_path_names_the_first_different_op_and_its_line(causes:
     at = f"cell [{defined}], line {line}"
     assert f"  the first different op: aten::sum became aten::relu at {at}: y = y.relu()" in out
     assert f"  at cell [{defined}], line {line} in branch: y = y.relu()" in out
+
+
+def test_a_loop_with_another_trip_count_names_the_first_new_op(causes: tuple[Shell, int]) -> None:
+    shell, defined = causes
+    shell.ok("for _ in range(2):\n    unrolled(2)")
+    out = shell.ok("unrolled(3)")
+    at = f"cell [{defined}], line {_cell_line(CAUSES, 'LOOP')}"
+    assert "xlalab: Recompiled: the graph's structure changed (once)" in out, out
+    assert f"  the first different op: aten::sum became aten::mul at {at}: y = y * 2" in out
 
 
 def test_a_tensor_kept_alive_names_the_extra_output_and_where_it_was_made(causes: tuple[Shell, int]) -> None:

@@ -630,3 +630,25 @@ def test_a_printed_summary_is_not_printed_again_at_exit(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     both = proc.stdout + proc.stderr
     assert both.count("Unlowered Op usage summary") == 1 and "WARNING:pt-xla-profiler" not in both
+
+
+def _count_positives(dev: torch.device, values: list[float]) -> torch.Tensor:
+    x = torch.tensor(values, device=dev)
+    idx = torch.nonzero(x > 0)  # DYNAMIC
+    total = (idx * 2).sum()
+    xlalab.mark_step()
+    return total
+
+
+def test_analysis_names_the_op_whose_data_dependent_shape_recompiles(
+    dev: torch.device, debug: Callable[[], str]
+) -> None:
+    for k in range(1, 7):
+        _count_positives(dev, [1.0] * k + [-1.0] * (7 - k))
+    source = Path(__file__).read_text().splitlines()
+    line = next(i for i, s in enumerate(source, 1) if s.endswith("# DYNAMIC"))
+    report = pxd.report()
+    assert (
+        f"an input's shape, sent to the device at {__file__}:{line} (_count_positives) by aten::nonzero, "
+        "whose output shape depends on the data: s64[2,1] -> s64[3,1], s64[3,1] -> s64[4,1]"
+    ) in report, report

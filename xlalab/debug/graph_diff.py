@@ -198,7 +198,12 @@ def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
         if b.leaf and a.leaf and a.type != b.type:
             return Change("input_shape", i, b.name, a.type, b.type, b.made, input_position=inputs)
         if a.name != b.name:
-            return Change("ops", i, b.name, a.name, b.name, b.made)
+            # Name ops, not the inputs they read: an extra loop iteration first shows as its scalar.
+            j, k = _next_op(new, i), _next_op(old, i)
+            op_new = new[j] if j is not None else b
+            op_old = old[k] if k is not None else a
+            at = j if j is not None else i
+            return Change("ops", at, op_new.name, op_old.name, op_new.name, op_new.made)
         if a.consts != b.consts:
             changed = [(x, y) for x, y in zip(a.consts, b.consts) if x != y] or [(("", ""), ("", ""))]
             (name, was), (_, now) = changed[0]
@@ -219,6 +224,10 @@ def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
             _outputs(sum(s.output for s in new)), new[first].made, extra=extra, dropped=dropped,
         )  # fmt: skip
     return Change("settings")
+
+
+def _next_op(sig: Sequence[NodeSig], start: int) -> int | None:
+    return next((k for k in range(start, len(sig)) if not sig[k].leaf), None)
 
 
 def _outputs(n: int) -> str:

@@ -203,11 +203,15 @@ def _memory(graph: Any) -> tuple[int, int, int, int, int]:
 
 
 def _describe_change(
-    old: tuple[NodeSig, ...], new: tuple[NodeSig, ...], uploads: Sequence[tuple[int, Frame]]
+    old: tuple[NodeSig, ...],
+    new: tuple[NodeSig, ...],
+    uploads: Sequence[tuple[int, Frame]],
+    dynamic: dict[Frame | None, str] | None = None,
 ) -> tuple[str, str]:
     """The first thing that differs between two graphs compiled at one sync site, as (what, example):
     ``what`` is the same every time the same thing changes, so repeated changes group together."""
     hint = " (set XLA_IR_DEBUG=1 to name the line that created it)"
+    dynamic = dynamic or {}
     c = first_change(old, new)
     at = f" created at {_where(c.made)}" if c.made is not None else hint
     if c.kind == "input_shape":
@@ -215,6 +219,8 @@ def _describe_change(
         for nbytes, frame in reversed(uploads):
             if nbytes == type_bytes(c.new):
                 where = f", sent to the device at {_where(frame)}"
+                if frame in dynamic:
+                    where += f" by {dynamic[frame]}, whose output shape depends on the data"
                 break
         return f"an input's shape{where}", f"{c.old} -> {c.new}"
     if c.kind == "ops":
@@ -549,7 +555,8 @@ def _record_compile(ev: events.CompileEvent, step: int) -> None:
         sig = signature(ev.graph)
         old = st.last_sig.get(site)
         if old is not None and step >= WARMUP_STEPS:
-            what, example = _describe_change(old, sig, st.uploads)
+            dynamic = {site: op for op, site in st.fallbacks if op in _DYNAMIC_SHAPE_OPS}
+            what, example = _describe_change(old, sig, st.uploads, dynamic)
             st.changes[site].setdefault(what, []).append((step, example))
         st.last_sig[site] = sig
     if ev.seconds > SLOW_COMPILE_SECONDS:
