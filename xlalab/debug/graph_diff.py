@@ -199,10 +199,10 @@ def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
             return Change("input_shape", i, b.name, a.type, b.type, b.made, input_position=inputs)
         if a.name != b.name:
             # Name ops, not the inputs they read: an extra loop iteration first shows as its scalar.
-            j, k = _next_op(new, i), _next_op(old, i)
-            op_new = new[j] if j is not None else b
-            op_old = old[k] if k is not None else a
-            at = j if j is not None else i
+            in_new, in_old = _next_op(new, i), _next_op(old, i)
+            op_new = new[in_new] if in_new is not None else b
+            op_old = old[in_old] if in_old is not None else a
+            at = in_new if in_new is not None else i
             return Change("ops", at, op_new.name, op_old.name, op_new.name, op_new.made)
         if a.consts != b.consts:
             changed = [(x, y) for x, y in zip(a.consts, b.consts) if x != y] or [(("", ""), ("", ""))]
