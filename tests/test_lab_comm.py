@@ -114,7 +114,7 @@ def test_load_opens_a_comm_with_hello_and_updates_follow_the_cells(frontend: Fro
     runtime = hello["runtime"]
     assert runtime["started"] is False and runtime["device_count"] == 0
     assert runtime["jax"] == jax.__version__ and runtime["torch"] == torch.__version__
-    assert runtime["compile_cache_dir"] is None
+    assert runtime["compile_cache_dir"] is None or isinstance(runtime["compile_cache_dir"], str)
     cid = opened[0]["content"]["comm_id"]
 
     frontend.execute(SETUP)
@@ -147,8 +147,11 @@ def test_load_opens_a_comm_with_hello_and_updates_follow_the_cells(frontend: Fro
     assert len(warnings) == 1
     w = warnings[0]
     assert w["category"] == "recompile" and "f32[16,8] → f32[15,8]" in w["message"]
-    assert w["where"]["line"] == 1 and w["where"]["cell"]["execution_count"] == 4
-    assert w["where"]["label"] == "cell [4], line 1"
+    # It points at its cause, the line that made the input whose shape changed (in the step's
+    # cell, [2]); the cell that ran the step ([4]) is among its frames.
+    assert w["where"]["line"] == 8 and w["where"]["cell"]["execution_count"] == 2
+    assert w["where"]["label"] == "cell [2], line 8"
+    assert any(f["label"] == "cell [4], line 1" for f in w["frames"]), w["frames"]
 
 
 def test_frontend_opened_comm_gets_hello_and_answers_requests(frontend: Frontend) -> None:
@@ -175,15 +178,13 @@ def test_frontend_opened_comm_gets_hello_and_answers_requests(frontend: Frontend
             )
         )["content"]["data"]
 
-    # The persistent compile cache, as JAX's config has it now (turned on in the notebook).
-    assert ask(20, what="runtime")["result"]["compile_cache_dir"] is None
-    frontend.execute(
-        "import jax\njax.config.update('jax_compilation_cache_dir', '/tmp/xlalab-test-jax-cache')"
-    )
-    on = ask(21, what="runtime")["result"]
-    assert on["compile_cache_dir"] == "/tmp/xlalab-test-jax-cache" and on["started"] is True
-    frontend.execute("jax.config.update('jax_compilation_cache_dir', None)")
-    assert ask(22, what="runtime")["result"]["compile_cache_dir"] is None
+    # The persistent compile cache, as JAX's config has it at the time of asking.
+    frontend.execute("import jax\nbefore = jax.config.jax_compilation_cache_dir")
+    for rid, value in ((20, None), (21, "/tmp/xlalab-test-jax-cache")):
+        frontend.execute(f"jax.config.update('jax_compilation_cache_dir', {value!r})")
+        runtime = ask(rid, what="runtime")["result"]
+        assert runtime["compile_cache_dir"] == value and runtime["started"] is True
+    frontend.execute("jax.config.update('jax_compilation_cache_dir', before)")
 
     snap = ask(1, what="snapshot")
     assert snap["ok"] and snap["result"]["compiles"]["uncached"] == 3
@@ -193,6 +194,13 @@ def test_frontend_opened_comm_gets_hello_and_answers_requests(frontend: Frontend
     graph = ask(3, what="graph", hash=graph_hash)
     assert graph["ok"] and graph["result"]["dot"].startswith("digraph G {")
     assert graph["result"]["num_nodes"] > 10
+    # The graph the recompile replaced answers too: the panel draws the two side by side.
+    previous = hello["warnings"][0]["previous_graph_hash"]
+    assert previous and previous != graph_hash
+    before = ask(9, what="graph", hash=previous)["result"]
+    shapes = {n["shape"].split("{")[0] for n in before["nodes"]}
+    after = {n["shape"].split("{")[0] for n in graph["result"]["nodes"]}
+    assert "f32[16,8]" in shapes - after and "f32[15,8]" in after - shapes
     missing = ask(4, what="graph", hash="123")
     assert not missing["ok"] and "no graph with hash" in missing["error"]
     bad = ask(5, what="frobnicate")
