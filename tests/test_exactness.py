@@ -324,3 +324,30 @@ def test_dtypes_eager_has_no_kernel_for_raise_at_the_op(fn: Callable[[Any], Any]
         fn("cpu")
     with pytest.raises(NotImplementedError, match=str(eager.value).split(" not implemented")[0]):
         fn(DEV)  # at the call, with eager's message, not at a later sync
+
+
+# --------------------------------------------------------------------------- errors inside backward
+
+
+def test_an_op_failing_in_backward_raises_eagers_error_at_the_backward_call() -> None:
+    def run(d: Any) -> Any:
+        v = torch.tensor(1.0, dtype=torch.bfloat16).to(d).requires_grad_()
+        torch.atan2(torch.tensor(False, device=d), v).double().sum().backward()
+
+    with pytest.raises(RuntimeError) as eager:
+        run("cpu")
+    with pytest.raises(RuntimeError, match="Negation") as lazy:
+        run(DEV)  # once a SystemError, or the process aborted
+    assert str(lazy.value) == str(eager.value)
+    x = torch.ones(3, device=DEV, requires_grad=True)
+    (x * 2).sum().backward()  # the next backward works
+    assert x.grad is not None and x.grad.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_sparse_gradients_say_what_to_use_instead() -> None:
+    emb = torch.nn.Embedding(5, 3, sparse=True).to(DEV)
+    with pytest.raises(RuntimeError, match=r"sparse=False"):
+        emb(torch.tensor([1, 2], device=DEV)).sum().backward()
+    dense = torch.nn.Embedding(5, 3).to(DEV)
+    dense(torch.tensor([1, 2], device=DEV)).sum().backward()
+    assert dense.weight.grad is not None and dense.weight.grad.cpu().sum().item() == 6.0

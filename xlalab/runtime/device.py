@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from . import backend, ir, metrics
+from . import backend, backward_errors, ir, metrics
 from .tensor import EMPTY, XlaTensor, fallback, record, torch_device, wrap
 
 aten = torch.ops.aten
@@ -216,6 +216,7 @@ def install() -> None:
     # torch's Python device guard cannot tell the engine about more than one device (backward on
     # xla:1 would trip an internal assert). The setting is thread-local: replica threads set it too.
     torch._C._set_multithreading_enabled(False)
+    backward_errors.install()
     _patch_tensor_constructors()
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch._ops import OpOverload
 
-from . import backend, config, events, index_checks, ir, metrics
+from . import backend, backward_errors, config, events, index_checks, ir, metrics
 from .frames import ir_frames, user_frames
 from .ir import Node, slot
 from .lowering.registry import LOWERINGS, STATIC_ARGS
@@ -114,7 +114,12 @@ class XlaTensor(torch.Tensor):
         if handler is None:
             handler = _resolve(func)
         t0 = time.perf_counter_ns()
-        out = handler(func, args, kwargs or {})
+        try:
+            out = handler(func, args, kwargs or {})
+        except Exception as e:
+            if torch._C._current_autograd_node() is None:
+                raise
+            out = backward_errors.defer(e, func, args)
         # LazyTracing: buffered per op, folded into the metric at the next sync.
         _TRACING.append(time.perf_counter_ns() - t0)
         if _EAGER[0]:
@@ -925,6 +930,12 @@ def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
                     assign(x, to_device_node(hx, x._st.device))
 
     def back(o: Any, pos: int = 0) -> Any:
+        if isinstance(o, torch.Tensor) and o.layout != torch.strided:
+            raise RuntimeError(
+                f"{name} made a {str(o.layout).removeprefix('torch.')} tensor, and xla tensors are dense: "
+                "xlalab has no sparse layouts (torch_xla neither). Use the dense form, e.g. "
+                "nn.Embedding(..., sparse=False) or F.embedding(..., sparse=False)."
+            )
         if isinstance(o, torch.Tensor):
             for x, hx in zip(xla_args, host.values()):
                 if o is hx:
