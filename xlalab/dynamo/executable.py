@@ -53,13 +53,32 @@ def _device_of(args: Sequence[Any]) -> int | None:
     return None
 
 
+# Values of pending nodes that need no input's value (``ones_like(loss)``, the gradient autograd
+# feeds a compiled backward), by structural id: equal ids are equal ops of equal shapes, so equal
+# values, and JAX arrays are immutable. Saves a program run per step.
+_CONSTANTS: dict[int, Any] = {}
+# Ops whose value needs no operand's value (only its shape, which the structural id holds).
+_VALUE_FREE = {torch.ops.aten.ones_like.default, torch.ops.aten.zeros_like.default}
+
+
 def _array(t: Any, dev: int) -> Any:
     """The device array holding ``t``'s value now (pending work is synced first)."""
     if isinstance(t, XlaTensor):
-        n = t._st.node
-        if not t._chain and n.op is ir.DATA:
-            return n.value
-        return graph.materialize([tensor.value(t)], [t._st], "dynamo_input")[0]
+        st = t._st
+        n = st.node
+        if not t._chain:
+            if n.op is ir.DATA:
+                return n.value
+            if n.op in _VALUE_FREE or (not n.src and isinstance(n.op, torch._ops.OpOverload) and n.shape):
+                arr = _CONSTANTS.get(n.sid)
+                if arr is None:
+                    arr = graph.materialize([n], [st], "dynamo_input")[0]
+                    _CONSTANTS[n.sid] = arr
+                else:
+                    tensor.set_node(st, ir.data(arr, n.shape, n.dtype, n.device))  # type: ignore[arg-type]
+                    tensor.forget_pending([st])
+                return arr
+        return graph.materialize([tensor.value(t)], [st], "dynamo_input")[0]
     return tensor.to_device_node(t.detach(), dev).value
 
 

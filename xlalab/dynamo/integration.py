@@ -8,7 +8,8 @@ make dynamo and AOTAutograd see them as what they are, device tensors on ``xla``
 
 - dynamo wraps an ``XlaTensor`` as a tensor (a fake tensor on ``xla`` while tracing);
 - dynamo never traces xlalab's own machinery (the runtime runs in eager between graphs);
-- AOTAutograd accepts an ``XlaTensor`` where it expects a plain tensor's gradient.
+- AOTAutograd accepts an ``XlaTensor`` where it expects a plain tensor's gradient;
+- a compiled optimizer keeps its step counters on xla (``capturable``), as dynamo does on CUDA.
 
 ``install_when_dynamo_loads()`` costs nothing up front: it waits for ``torch._dynamo`` to be
 imported (``torch.compile`` imports it) and installs then, so ``import xlalab`` does not pay
@@ -52,13 +53,21 @@ def install() -> None:
         return
     _installed[0] = True
     from torch._dynamo import trace_rules
-    from torch._dynamo.variables.builder import VariableBuilder
+    from torch._dynamo.variables import builder
 
     from xlalab.runtime.tensor import XlaTensor
 
     # Exact-type table: consulted before dynamo's subclass rules, so an XlaTensor is built as
-    # a TensorVariable (fakeified with its device, shape, dtype and strides) and guarded as one.
-    VariableBuilder._type_dispatch()[XlaTensor] = VariableBuilder.wrap_tensor
+    # a tensor (fakeified with its device, shape, dtype and strides) and guarded as one.
+    builder.VariableBuilder._type_dispatch()[XlaTensor] = builder.VariableBuilder.wrap_tensor
+    # ... as a plain tensor, not a torch-function subclass (whose .grad dynamo will not read).
+    infer = builder.infer_subclass_type
+
+    def infer_subclass_type(value: Any) -> Any:
+        return None if type(value) is XlaTensor else infer(value)
+
+    builder.infer_subclass_type = infer_subclass_type
+    _capturable_optimizers_on_xla()
     for name in _INFRASTRUCTURE:
         trace_rules.add(name)
     if not hasattr(XlaTensor, "__coerce_same_metadata_as_tangent__"):
@@ -66,6 +75,28 @@ def install() -> None:
     from .backend import register
 
     register()
+
+
+def _capturable_optimizers_on_xla() -> None:
+    """Compiled optimizers keep their step counters on xla, as dynamo does on CUDA.
+
+    Dynamo switches a fresh optimizer to ``capturable=True`` when its parameters are on a GPU,
+    so the compiled step never copies counters between host and device. The same, for
+    parameters on xla: without it every step sends each counter over and back.
+    """
+    from torch._dynamo.variables.optimizer import OptimizerVariable
+
+    original = OptimizerVariable._set_capturable
+
+    def set_capturable(self: Any, tx: Any) -> None:
+        for group in self.value.param_groups:
+            params = group.get("params", [])
+            fresh = all(p not in self.value.state for p in params)
+            if "capturable" in group and params and fresh and all(p.device.type == "xla" for p in params):
+                group["capturable"] = True
+        original(self, tx)
+
+    OptimizerVariable._set_capturable = set_capturable  # type: ignore[method-assign]
 
 
 def _same_tangent(self: Any, expected_metadata: Any, expected_type: Any = None) -> Any:
