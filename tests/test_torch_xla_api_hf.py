@@ -58,6 +58,37 @@ HF_ROUND_TRIP = textwrap.dedent(
     """
 )
 
+# The Trainer's checkpoints on xla (xm.save, _maybe_convert_to_cpu, RNG state) and resuming from
+# one (set_rng_state, send_cpu_data_to_device of the optimizer state): the resumed steps must be
+# the uninterrupted run's.
+CHECKPOINT_RESUME = textwrap.dedent(
+    """
+    import json, os, runpy, sys, torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+    example = runpy.run_path(sys.argv[1])
+    out = sys.argv[2]
+
+    def trainer():
+        torch.manual_seed(0)
+        cfg = GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=16, bos_token_id=0,
+                         eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        args = TrainingArguments(output_dir=out, per_device_train_batch_size=8, max_steps=4,
+                                 learning_rate=1e-2, logging_steps=1, save_strategy="steps", save_steps=2,
+                                 report_to=[], seed=0, dataloader_pin_memory=False)
+        data = example["RandomTokens"](32, 16, 64)
+        return Trainer(model=GPT2LMHeadModel(cfg), args=args, train_dataset=data)
+
+    whole = trainer()
+    whole.train()
+    resumed = trainer()
+    resumed.train(resume_from_checkpoint=os.path.join(out, "checkpoint-2"))
+    losses = lambda t: [h["loss"] for h in t.state.log_history if "loss" in h]
+    print(json.dumps({"files": sorted(os.listdir(os.path.join(out, "checkpoint-2"))),
+                      "device": str(next(whole.model.parameters()).device),
+                      "whole": losses(whole), "resumed": losses(resumed)}))
+    """
+)
+
 PIN_MEMORY = textwrap.dedent(
     """
     import torch, xlalab
@@ -116,6 +147,7 @@ def procs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, subpro
         "trainer_cpu": _spawn(
             [example, "--cpu", "--steps", "3", "--output-dir", str(tmp / "cpu")], _env(), tmp
         ),
+        "checkpoint": _spawn(["-c", CHECKPOINT_RESUME, example, str(tmp / "ckpt")], hook, tmp),
         "hf_names_on": _spawn(["-c", HF_ROUND_TRIP], hook, tmp),
         "hf_names_off": _spawn(["-c", HF_ROUND_TRIP], _env(), tmp),
         "pin_memory": _spawn(["-c", PIN_MEMORY], _env(), tmp),
@@ -197,6 +229,16 @@ def test_trainer_on_xla_matches_cpu(procs: dict[str, subprocess.Popen[str]]) -> 
     assert cpu["torch_xla"] is False and cpu["device"] == "cpu"
     assert len(xla["losses"]) == 3  # type: ignore[arg-type]
     torch.testing.assert_close(torch.tensor(xla["losses"]), torch.tensor(cpu["losses"]), rtol=1e-4, atol=1e-4)
+
+
+def test_trainer_checkpoint_and_resume_on_xla(procs: dict[str, subprocess.Popen[str]]) -> None:
+    report = _json(procs["checkpoint"])
+    assert report["device"] == "xla:0"
+    assert {"model.safetensors", "optimizer.pt", "rng_state.pth", "scheduler.pt"} <= set(report["files"])  # type: ignore[arg-type]
+    whole, resumed = report["whole"], report["resumed"]
+    assert len(whole) == 4 and len(resumed) == 4  # type: ignore[arg-type]
+    # The resumed run's own steps (3 and 4) are the uninterrupted run's.
+    torch.testing.assert_close(torch.tensor(resumed[2:]), torch.tensor(whole[2:]), rtol=1e-5, atol=1e-5)  # type: ignore[index]
 
 
 # safetensors asks every tensor for its host storage pointer; an xla tensor has no host storage
