@@ -108,3 +108,49 @@ def test_max_over_dim_with_a_signed_zero_tie_matches_eager() -> None:
 def test_log_of_an_overflowing_exp_is_inf() -> None:
     # XLA would simplify log(exp(x)) to x; eager's exp overflows first.
     _assert_same(lambda d: torch.log(torch.exp(torch.tensor([148.5, -1.0, 2.0, 89.0], device=d))))
+
+
+def test_elu_gradient_at_nan_takes_the_linear_branch() -> None:
+    def program(d: torch.device) -> tuple[torch.Tensor, ...]:
+        x = torch.tensor([-1.0, 0.0, NAN, 2.0], device=d, dtype=torch.float64, requires_grad=True)
+        y = torch.nn.functional.elu(x)
+        y.sum().backward()
+        assert x.grad is not None
+        return y.detach(), x.grad
+
+    _assert_same(program, rtol=1e-12)
+
+
+REFUSED: dict[str, Callable[[torch.device], object]] = {
+    "fmod_bool": lambda d: torch.fmod(torch.tensor([True, False], device=d), True),
+    "remainder_bool": lambda d: torch.remainder(
+        torch.tensor([True], device=d), torch.tensor([True], device=d)
+    ),
+    "floor_divide_bool": lambda d: torch.floor_divide(
+        torch.tensor([True], device=d), torch.tensor([True], device=d)
+    ),
+    "argmax_bool": lambda d: torch.argmax(torch.tensor([True, False], device=d)),
+    "argmin_bool": lambda d: torch.argmin(torch.tensor([True, False], device=d), dim=0),
+    "topk_bool": lambda d: torch.topk(torch.tensor([True, False], device=d), 1),
+    "std_int": lambda d: torch.std(torch.tensor([1, 2, 4], device=d), dim=0),
+    "var_int": lambda d: torch.var(torch.tensor([1, 2, 4], device=d)),
+    "pow_int_negative": lambda d: torch.pow(torch.tensor([1, 2], device=d), -1),
+    "pow_bool_negative": lambda d: torch.pow(torch.tensor([True], device=d), -2),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_xla_refuses_what_eager_refuses(name: str) -> None:
+    program = REFUSED[name]
+    with pytest.raises((RuntimeError, NotImplementedError, TypeError, ValueError)):
+        program(torch.device("cpu"))
+    with pytest.raises(
+        Exception, match=r"(?i)not implemented for '?bool|only support floating|negative integer powers"
+    ):
+        out = program(xlalab.device())
+        out = out if isinstance(out, tuple) else (out,)
+        [o.cpu() for o in out]  # type: ignore[union-attr]
+
+
+def test_max_over_a_dim_of_bools_still_works() -> None:
+    _assert_same(lambda d: torch.max(torch.tensor([[True, False], [False, False]], device=d), dim=1))

@@ -50,6 +50,17 @@ def is_integral(*xs: Array | Scalar) -> bool:
 HALF = (jnp.float16, jnp.bfloat16)
 
 
+def refuse_bool(name: str, *xs: Array | Scalar) -> None:
+    """Raise as eager does for an op its CPU kernels do not implement for bool tensors.
+
+    Without this XLA would compute a value where eager PyTorch raises; a program must not
+    depend on which device it ran on to learn that it is wrong.
+    """
+    if any(isinstance(x, jax.Array) and x.dtype == jnp.bool_ for x in xs):
+        raise NotImplementedError(f'"{name}" is not implemented for bool tensors (eager PyTorch refuses it)')
+
+
+
 def integral_scalar(s: Scalar, x: Array) -> Scalar:
     """A Scalar as torch's integer kernels see it: truncated to ``x``'s integer dtype.
 
@@ -111,6 +122,7 @@ def _div_mode(x: Array, other: Array | Scalar, rounding_mode: str | None = None)
     if rounding_mode is None:
         return jnp.true_divide(x, other)
     if rounding_mode == "floor":
+        refuse_bool("div(rounding_mode='floor')", x, other)
         return _floor_div(x, other)
     if is_integral(x, other):
         # lax.div on integers truncates toward zero, exactly like C (and torch 'trunc').
@@ -122,6 +134,7 @@ def _div_mode(x: Array, other: Array | Scalar, rounding_mode: str | None = None)
 
 @lowering(aten.floor_divide.default, aten.floor_divide.Scalar)
 def _floor_divide(x: Array, other: Array | Scalar) -> Array:
+    refuse_bool("floor_divide", x, other)
     return _floor_div(x, other)
 
 
@@ -149,16 +162,21 @@ def _floor_div(a: Array | Scalar, b: Array | Scalar) -> Array:
 @lowering(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
 def _remainder(x: Array | Scalar, other: Array | Scalar) -> Array:
     # Python-style modulo (result takes the divisor's sign), as torch.remainder.
+    refuse_bool("remainder", x, other)
     return jnp.remainder(x, other)
 
 
 @lowering(aten.fmod.Tensor, aten.fmod.Scalar)
 def _fmod(x: Array, other: Array | Scalar) -> Array:
+    refuse_bool("fmod", x, other)
     return jnp.fmod(x, other)
 
 
 @lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
 def _pow(x: Array | Scalar, exponent: Array | Scalar) -> Array:
+    if isinstance(exponent, int) and exponent < 0 and is_integral(x) and not isinstance(x, _PY_NUMBER):
+        # eager checks the Scalar exponent's value before computing
+        raise ValueError("Integers to negative integer powers are not allowed.")
     if isinstance(x, jax.Array) and x.dtype == jnp.bool_:
         x = x.astype(jnp.int64)  # torch computes bool powers in the promoted (integer) type
     if type(exponent) is int and exponent >= 0 and not isinstance(x, _PY_NUMBER):

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from xlalab.runtime.lowering.elementwise import Scalar, scaled
+from xlalab.runtime.lowering.elementwise import Scalar, refuse_bool, scaled
 from xlalab.runtime.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -382,6 +382,7 @@ def _sort_stable(
 
 @lowering(aten.topk.default)
 def _topk(x: Array, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Array, Array]:
+    refuse_bool("topk", x)
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
     dim = _dim(dim, x.ndim)

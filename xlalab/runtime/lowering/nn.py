@@ -1051,7 +1051,8 @@ def _leaky_relu_backward(grad_output: Array, x: Array, negative_slope: Scalar, s
 
 @lowering(aten.elu.default)
 def _elu(x: Array, alpha: Scalar = 1, scale: Scalar = 1, input_scale: Scalar = 1) -> Array:
-    return jnp.where(x > 0, x * scale, jnp.expm1(x * input_scale) * (alpha * scale))
+    # torch tests x <= 0 (so NaN takes the linear branch, in the backward too)
+    return jnp.where(x <= 0, jnp.expm1(x * input_scale) * (alpha * scale), x * scale)
 
 
 @lowering(aten.elu_backward.default)
@@ -1069,7 +1070,7 @@ def _elu_backward(
         neg = grad_output * input_scale * (y + neg_coef)
     else:
         neg = grad_output * input_scale * neg_coef * jnp.exp(y * input_scale)
-    return jnp.where(y > 0, grad_output * scale, neg)
+    return jnp.where(y <= 0, neg, grad_output * scale)
 
 
 @lowering(aten.softplus.default)

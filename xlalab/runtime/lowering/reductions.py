@@ -11,7 +11,7 @@ import torch
 from jax import lax
 
 from xlalab.runtime.dtypes import to_jnp
-from xlalab.runtime.lowering.elementwise import Scalar, compute_float, is_integral
+from xlalab.runtime.lowering.elementwise import Scalar, compute_float, is_integral, refuse_bool
 from xlalab.runtime.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -121,31 +121,33 @@ def _value_at(x: Array, index: Array, dim: int, keepdim: bool) -> tuple[Array, A
 
 @lowering(aten.max.dim)
 def _max_dim(x: Array, dim: int, keepdim: bool = False) -> tuple[Array, Array]:
-    return _value_at(x, _argmax(x, dim, keepdim), dim, keepdim)
+    return _value_at(x, _arg_extreme(jnp.argmax, x, dim, keepdim), dim, keepdim)
 
 
 @lowering(aten.min.dim)
 def _min_dim(x: Array, dim: int, keepdim: bool = False) -> tuple[Array, Array]:
-    return _value_at(x, _argmin(x, dim, keepdim), dim, keepdim)
+    return _value_at(x, _arg_extreme(jnp.argmin, x, dim, keepdim), dim, keepdim)
+
+
+def _arg_extreme(fn: Callable[..., Array], x: Array, dim: int | None, keepdim: bool) -> Array:
+    # jnp.argmax/argmin, like torch, return the first extreme index and treat NaN as extreme.
+    ax = axes(x, dim)
+    if ax is None:
+        out = fn(x.reshape(-1))
+        return out.reshape((1,) * x.ndim) if keepdim else out
+    return fn(x, axis=ax[0], keepdims=keepdim)
 
 
 @lowering(aten.argmax.default)
 def _argmax(x: Array, dim: int | None = None, keepdim: bool = False) -> Array:
-    # jnp.argmax, like torch, returns the first maximal index and treats NaN as maximal.
-    ax = axes(x, dim)
-    if ax is None:
-        out = jnp.argmax(x.reshape(-1))
-        return out.reshape((1,) * x.ndim) if keepdim else out
-    return jnp.argmax(x, axis=ax[0], keepdims=keepdim)
+    refuse_bool("argmax", x)  # (max over a dim does take bools)
+    return _arg_extreme(jnp.argmax, x, dim, keepdim)
 
 
 @lowering(aten.argmin.default)
 def _argmin(x: Array, dim: int | None = None, keepdim: bool = False) -> Array:
-    ax = axes(x, dim)
-    if ax is None:
-        out = jnp.argmin(x.reshape(-1))
-        return out.reshape((1,) * x.ndim) if keepdim else out
-    return jnp.argmin(x, axis=ax[0], keepdims=keepdim)
+    refuse_bool("argmin", x)
+    return _arg_extreme(jnp.argmin, x, dim, keepdim)
 
 
 @lowering(aten.all.default, aten.all.dim, aten.all.dims)
@@ -168,6 +170,8 @@ def _count_nonzero(x: Array, dim: Dims = None) -> Array:
 
 def _var(x: Array, dim: Dims, correction: Scalar | None, keepdim: bool) -> tuple[Array, Array]:
     """(variance, mean) over ``dim`` with torch's ``correction`` (default 1: unbiased)."""
+    if is_integral(x):
+        raise TypeError("std and var only support floating point and complex dtypes (as in eager PyTorch)")
     x = compute_float(_as_float(x))
     ax = axes(x, dim)
     mean = jnp.mean(x, axis=ax, keepdims=True)

@@ -82,13 +82,32 @@ class _Round:
                 report.crashes += 1
             else:
                 report.mismatches += 1
-            if finding.signature in self.known:
+            if _is_known(finding, program, self.known):
                 return
             self.target = finding.signature
         elif finding.signature != self.target:
             return  # a different bug: shrinking must not wander onto it
         self.minimal = (finding, program)
         raise _NewFinding(finding.signature)
+
+
+def _known_key(finding: Finding, program: Program) -> str:
+    """What a shrunk finding adds to the known set.
+
+    A finding is named by the op whose value differs first; a gradient cannot be pinned on
+    one op, so a gradient finding is named by the ops of its shrunk program instead.
+    """
+    if finding.op != "grad":
+        return finding.signature
+    return finding.signature + ",".join(sorted(program.ops()))
+
+
+def _is_known(finding: Finding, program: Program, known: set[str]) -> bool:
+    if finding.op != "grad":
+        return finding.signature in known
+    ops = program.ops()
+    prefix = finding.signature
+    return any(k.startswith(prefix) and set(filter(None, k[len(prefix) :].split(","))) <= ops for k in known)
 
 
 def run_campaign(
@@ -125,7 +144,7 @@ def run_campaign(
         except _NewFinding:
             assert one_round.minimal is not None
             finding, program = one_round.minimal
-            known.add(finding.signature)
+            known.add(_known_key(finding, program))
             report.findings.append((finding, program))
             if on_finding is not None:
                 on_finding(finding, program)

@@ -61,8 +61,9 @@ class Value:
 
 # (max/min over a dim read the value at the first maximal index, as eager does: not listed)
 SIGN_OF_ZERO_OPEN = frozenset(
-    {"maximum", "minimum", "fmax", "fmin", "amax", "amin", "clamp", "clamp_", "hardtanh", "relu"}
-)
+    {"maximum", "minimum", "fmax", "fmin", "amax", "amin", "max_all", "cummax", "clamp", "clamp_", "hardtanh",
+     "relu"}
+)  # fmt: skip
 READS_SIGN_OF_ZERO = frozenset(
     {"reciprocal", "rsqrt", "div", "div_floor", "div_trunc", "floor_divide", "remainder", "fmod", "atan2",
      "copysign", "signbit", "pow", "xlogy"}
@@ -413,6 +414,101 @@ def draw_select(draw: Draw, env: list[Value]) -> Picked | None:
     return (a,), {"dim": dim, "index": int(draw(st.integers(-size, size - 1)))}
 
 
+def draw_permute(draw: Draw, env: list[Value]) -> Picked | None:
+    a = pick(draw, env, lambda v: v.ndim >= 2)
+    if a is None:
+        return None
+    order = draw(st.permutations(range(env[a].ndim)))
+    # negative dims in the permutation too: torch wraps them
+    return (a,), {"dims": [d - env[a].ndim if draw(st.booleans()) else d for d in order]}
+
+
+def draw_flip(draw: Draw, env: list[Value]) -> Picked | None:
+    a = pick(draw, env, lambda v: v.ndim >= 1)
+    return None if a is None else ((a,), {"dims": [dim_of(draw, env[a])]})
+
+
+def draw_roll(draw: Draw, env: list[Value]) -> Picked | None:
+    a = pick(draw, env, lambda v: v.ndim >= 1)
+    if a is None:
+        return None
+    return (a,), {"shifts": int(draw(st.integers(-3, 3))), "dim": dim_of(draw, env[a])}
+
+
+def draw_diagonal(draw: Draw, env: list[Value]) -> Picked | None:
+    a = pick(draw, env, lambda v: v.ndim >= 2)
+    if a is None:
+        return None
+    return (a,), {"offset": int(draw(st.integers(-2, 2)))}
+
+
+def draw_repeat(draw: Draw, env: list[Value]) -> Picked | None:
+    a = pick(draw, env, lambda v: v.ndim <= 2)
+    if a is None:
+        return None
+    n = max(env[a].ndim, int(draw(st.integers(1, 2))))
+    return (a,), {"sizes": [int(draw(st.integers(1, 2))) for _ in range(n)]}
+
+
+def draw_scatter_add(draw: Draw, env: list[Value]) -> Picked | None:
+    a = pick(draw, env, lambda v: v.ndim >= 1 and all(s > 0 for s in v.shape) and v.dtype != "bool")
+    if a is None:
+        return None
+    va = env[a]
+    dim = dim_of(draw, va) % va.ndim
+    shape = tuple(int(draw(st.integers(1, s))) for s in va.shape)
+    src = pick(draw, env, lambda v: v.shape == shape and v.dtype == va.dtype)
+    if src is None:
+        return None
+    return (a, src), {"dim": dim, "index": index_tensor(draw, va.shape[dim], shape, negative=False)}
+
+
+def draw_index_add(draw: Draw, env: list[Value]) -> Picked | None:
+    a = pick(draw, env, lambda v: v.ndim >= 1 and all(s > 0 for s in v.shape) and v.dtype != "bool")
+    if a is None:
+        return None
+    va = env[a]
+    dim = dim_of(draw, va) % va.ndim
+
+    def fits(v: Value) -> bool:
+        same = all(x == y for k, (x, y) in enumerate(zip(v.shape, va.shape)) if k != dim)
+        return v.ndim == va.ndim and v.dtype == va.dtype and same and 0 < v.shape[dim] <= 3
+
+    src = pick(draw, env, fits)
+    if src is None:
+        return None
+    n = env[src].shape[dim]
+    return (a, src), {"dim": dim, "index": index_tensor(draw, va.shape[dim], (n,), negative=False)}
+
+
+def draw_lerp(draw: Draw, env: list[Value]) -> Picked | None:
+    a = pick(draw, env, lambda v: v.is_float)
+    if a is None:
+        return None
+    b = pick(draw, env, lambda v: v.dtype == env[a].dtype and broadcastable(v.shape, env[a].shape))
+    if b is None:
+        return None
+    return (a, b), {"w": draw(st.sampled_from((0.25, 0.5, 1.0, -0.5, 2.0)))}
+
+
+def draw_addcmul(draw: Draw, env: list[Value]) -> Picked | None:
+    a = pick(draw, env, lambda v: v.dtype != "bool")
+    if a is None:
+        return None
+    b = pick(draw, env, lambda v: broadcastable(v.shape, env[a].shape))
+    c = pick(draw, env, lambda v: broadcastable(v.shape, env[a].shape))
+    if b is None or c is None:
+        return None
+    return (a, b, c), {"value": draw(st.sampled_from((1, -1, 2, 0.5, -2.0)))}
+
+
+def draw_tril(draw: Draw, env: list[Value]) -> Picked | None:
+    a = pick(draw, env, lambda v: v.ndim >= 2)
+    if a is None:
+        return None
+    return (a,), {"diagonal": int(draw(st.integers(-2, 2)))}
+
+
 def draw_unsqueeze(draw: Draw, env: list[Value]) -> Picked | None:
     a = pick(draw, env, lambda v: v.ndim < 3)
     if a is None:
@@ -617,6 +713,17 @@ MENU: tuple[Op, ...] = (
     Op("index_select", "torch.index_select({a}, {dim}, {index})", draw_index_select, exact=True),
     Op("index", "{a}[{index}]", draw_advanced_index, exact=True),
     Op("gather", "torch.gather({a}, {dim}, {index})", draw_gather, exact=True),
+    Op("scatter_add", "torch.scatter_add({a}, {dim}, {index}, {b})", draw_scatter_add, exact=True),
+    Op("index_add", "torch.index_add({a}, {dim}, {index}, {b})", draw_index_add, exact=True),
+    Op("lerp", "torch.lerp({a}, {b}, {w})", draw_lerp),
+    Op("addcmul", "torch.addcmul({a}, {b}, {c}, value={value})", draw_addcmul),
+    Op("max_all", "torch.max({a})", unary(), exact=True),
+    Op("argmin", "torch.argmin({a}, dim={dim}, keepdim={keepdim})", draw_max_dim, exact=True, discrete=True),
+    Op("cummax", "torch.cummax({a}, {dim})", along_dim, exact=True, discrete=True, n_out=2),
+    Op("bitwise_or", "torch.bitwise_or({x}, {y})", binary, exact=True),
+    Op("logical_xor", "torch.logical_xor({x}, {y})", binary, exact=True, discrete=True),
+    Op("elu", "torch.nn.functional.elu({a})", unary(is_float)),
+    Op("mse_loss", "torch.nn.functional.mse_loss({a}, {b})", draw_lerp),
     Op("masked_fill", "torch.masked_fill({a}, {b}, {s})", draw_masked_fill, exact=True),
     Op("to", "{a}.to({dtype})", draw_cast, exact=True, discrete=True),
     # views
@@ -630,6 +737,14 @@ MENU: tuple[Op, ...] = (
     Op("flatten", "{a}.reshape(-1)", unary(), exact=True),
     Op("contiguous", "{a}.contiguous()", unary(), exact=True),
     Op("clone", "{a}.clone()", unary(), exact=True),
+    Op("permute", "{a}.permute({dims})", draw_permute, exact=True),
+    Op("squeeze", "{a}.squeeze()", unary(), exact=True),
+    Op("diagonal", "{a}.diagonal({offset})", draw_diagonal, exact=True),
+    Op("flip", "torch.flip({a}, {dims})", draw_flip, exact=True),
+    Op("roll", "torch.roll({a}, {shifts}, {dim})", draw_roll, exact=True),
+    Op("repeat", "{a}.repeat({sizes})", draw_repeat, exact=True),
+    Op("tril", "torch.tril({a}, {diagonal})", draw_tril, exact=True),
+    Op("triu", "torch.triu({a}, {diagonal})", draw_tril, exact=True),
     # in place, through views and aliases
     Op("add_", "{a}.add_({s})", draw_inplace_scalar, exact=True, inplace=True),
     Op("mul_", "{a}.mul_({s})", draw_inplace_scalar, exact=True, inplace=True),

@@ -249,7 +249,8 @@ def variants(draw: Any, program: Program) -> tuple[int, str, Any] | None:
         return None
     candidate = replace(program, variant=(k, name, new))
     alt = candidate.with_variant()
-    if alt is None or replay(alt) is None:
+    probe = replay(alt) if alt is not None else None
+    if probe is None or (alt is not None and alt.backward and not probe.backward_works()):
         return None
     return (k, name, new)
 
