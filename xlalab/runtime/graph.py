@@ -719,7 +719,10 @@ def sync(reason: str = "mark_step", device: int | None = None) -> None:
             if i in errors:
                 # Marked, not pending: reading it raises this error again, later syncs skip it.
                 st.node = ir.error(errors[i], st.node.shape, st.node.dtype, dev)
-                first_error = first_error or errors[i]
+                if not isinstance(errors[i], FailedValueError):
+                    # A new failure is reported at the barrier where it happened; a value made
+                    # from one reported before raises only when it is read.
+                    first_error = first_error or errors[i]
             else:
                 st.node = ir.data(array, st.node.shape, st.node.dtype, dev)
     forget_pending(storages)

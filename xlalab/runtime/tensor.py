@@ -47,7 +47,7 @@ class Storage:
         self.ref = weakref.ref(self, _on_storage_death)
         counters = metrics.COUNTERS
         counters["CreateXlaTensor"] = counters.get("CreateXlaTensor", 0) + 1
-        if node.op is not ir.DATA:
+        if node.op is not ir.DATA and node.op is not ir.ERROR:
             _pending[self.serial] = self.ref
 
 
@@ -65,7 +65,7 @@ def _on_storage_death(ref: weakref.ref[Storage], _counters: dict[str, int] = met
 def set_node(st: Storage, node: Node) -> None:
     """Give a storage a new value (pending IR or device data)."""
     st.node = node
-    if node.op is not ir.DATA:
+    if node.op is not ir.DATA and node.op is not ir.ERROR:
         _pending[st.serial] = st.ref
 
 
@@ -74,7 +74,9 @@ def pending_storages(device: int | None = None) -> list[Storage]:
     out = []
     for serial in sorted(_pending):
         st = _pending[serial]()
-        if st is not None and st.node.op is not ir.DATA and (device is None or st.device == device):
+        if st is not None and st.node.op is not ir.DATA and st.node.op is not ir.ERROR and (
+            device is None or st.device == device
+        ):
             out.append(st)
     return out
 
