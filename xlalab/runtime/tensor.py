@@ -107,6 +107,7 @@ class XlaTensor(torch.Tensor):
     # Class-level defaults: a new non-view tensor then pays for one attribute, not three.
     _chain: tuple[tuple[OpOverload, Any], ...] = ()
     _vcache: tuple[Node, Node] | None = None
+    _layout: tuple[tuple[int, ...], int] | None = None  # eager's strides and offset, if not contiguous
 
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
@@ -167,7 +168,7 @@ class XlaTensor(torch.Tensor):
             other = other.to(self.device)
         torch._C.TensorBase.data.__set__(self, other)  # type: ignore[attr-defined]
         assert isinstance(other, XlaTensor)
-        self._st, self._chain, self._vcache = other._st, other._chain, None
+        self._st, self._chain, self._vcache, self._layout = other._st, other._chain, None, other._layout
 
     # ---- the seeds' caveat: copy.copy of an xla tensor is a deep copy
     def __copy__(self) -> torch.Tensor:
@@ -246,6 +247,8 @@ def wrap(
     t._st = st
     if chain:
         t._chain = chain
+    if layout is not None:
+        t._layout = layout
     return t
 
 
@@ -661,7 +664,7 @@ def _out_variant(functional: OpOverload) -> Handler:
         if tuple(out.shape) != tuple(node.shape):  # type: ignore[arg-type]
             # out= tensors are resized to the result, as in eager.
             torch._C.TensorBase.data.__set__(out, wrap(node))  # type: ignore[attr-defined]
-            out._st, out._chain, out._vcache = Storage(node, node.device), (), None
+            out._st, out._chain, out._vcache, out._layout = Storage(node, node.device), (), None, None
             return out
         assign(out, node)
         return out
@@ -675,9 +678,10 @@ def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     if kwargs:
         # Keyword arguments of view ops are rare; normalise them to positions.
         return _lowered(func, args, kwargs)
-    node = _view_node(func, value(base), tpl)
+    parent = value(base)
+    node = _view_node(func, parent, tpl)
     metrics.count(info(func).counter)
-    t = wrap(node, base._st, (*base._chain, (func, tpl)), _view_layout(func, base, tpl))
+    t = wrap(node, base._st, (*base._chain, (func, tpl)), _view_layout(func, parent, base._layout, tpl))
     t._vcache = (base._st.node, node)
     return t
 
@@ -688,21 +692,29 @@ _LAYOUTS: dict[Any, Any] = {}
 Layout = tuple[tuple[int, ...], int]  # strides and storage offset
 
 
-def _view_layout(func: OpOverload, base: XlaTensor, tpl: tuple[Any, ...]) -> Layout | None:
-    """The strides and storage offset eager PyTorch gives ``func(base, *tpl)``, from a meta run of
-    the view on a tensor laid out like ``base`` (memoized; None when contiguous at offset 0)."""
-    shape, strides, offset = tuple(base.shape), base.stride(), base.storage_offset()
-    key = (id(func), shape, strides, offset, tpl)
+def _view_layout(
+    func: OpOverload, parent: Node, parent_layout: Layout | None, tpl: tuple[Any, ...]
+) -> Layout | None:
+    """The strides and storage offset eager PyTorch gives ``func`` of a tensor of ``parent``'s shape
+    laid out as ``parent_layout``, from a meta run of the view (memoized; None when contiguous)."""
+    shape = parent.shape
+    key = (id(func), shape, parent_layout, tpl)
     try:
         layout = _LAYOUTS.get(key, _NO_META)
     except TypeError:
         return None
     if layout is not _NO_META:
-        return layout  # type: ignore[return-value]
+        return layout  # type: ignore[no-any-return]
     layout = None
     try:
-        extent = offset + sum((n - 1) * st for n, st in zip(shape, strides) if n > 0) + 1
-        meta = torch.empty(max(extent, 1), dtype=base.dtype, device="meta").as_strided(shape, strides, offset)
+        if parent_layout is None:
+            strides, offset = torch.empty(shape, device="meta").stride(), 0  # type: ignore[arg-type]
+        else:
+            strides, offset = parent_layout
+        extent = offset + sum((n - 1) * st for n, st in zip(shape, strides) if n > 0) + 1  # type: ignore[arg-type,misc]
+        meta = torch.empty(max(extent, 1), dtype=parent.dtype, device="meta").as_strided(
+            shape, strides, offset  # type: ignore[arg-type]
+        )
         out = func(meta, *tpl)
         if out.stride() != torch.empty(out.shape, device="meta").stride() or out.storage_offset() != 0:
             layout = (tuple(out.stride()), out.storage_offset())
@@ -710,13 +722,6 @@ def _view_layout(func: OpOverload, base: XlaTensor, tpl: tuple[Any, ...]) -> Lay
         layout = None  # the shape rule already accepted the view: keep it contiguous
     _LAYOUTS[key] = layout
     return layout
-
-
-def _layout_of(t: torch.Tensor) -> tuple[tuple[int, ...], int] | None:
-    """``t``'s strides and offset, when they are not plain contiguous ones (see ``wrap``)."""
-    if t.storage_offset() == 0 and t.stride() == torch.empty(t.shape, device="meta").stride():
-        return None
-    return tuple(t.stride()), int(t.storage_offset())
 
 
 def _multi_view(split: Callable[..., list[tuple[OpOverload, tuple[Any, ...]]]]) -> Handler:
@@ -754,7 +759,7 @@ def _split_views(base: XlaTensor, split_size: Any, dim: int = 0) -> list[tuple[O
 def _alias(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """detach/alias: a new tensor object over the same storage and view chain."""
     src = args[0]
-    t = wrap(value(src), src._st, src._chain, _layout_of(src))
+    t = wrap(value(src), src._st, src._chain, src._layout)
     t._vcache = src._vcache
     metrics.count(info(func).counter)
     return t
