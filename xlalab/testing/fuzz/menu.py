@@ -30,8 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from hypothesis import strategies as st
+
+from .program import fmt, nested
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 INTS = ("uint8", "int8", "int16", "int32", "int64")
@@ -141,8 +142,6 @@ def index_tensor(draw: Draw, size: int, shape: tuple[int, ...], *, negative: boo
     for s in shape:
         n *= s
     flat = [draw(st.integers(lo, size - 1)) for _ in range(n)]
-    from .program import nested
-
     return {"tensor": nested(tuple(flat), shape), "dtype": "int64"}
 
 
@@ -355,7 +354,7 @@ def draw_slice(draw: Draw, env: list[Value]) -> Picked | None:
     start = int(draw(st.integers(-size - 1, size)))
     stop = draw(st.one_of(st.none(), st.integers(-size - 1, size + 1)))
     step = int(draw(st.integers(1, 3)))
-    return (a,), {"dims": ":, " * dim, "start": start, "stop": stop, "step": step}
+    return (a,), {"axis": dim, "start": start, "stop": stop, "step": step}
 
 
 def draw_transpose(draw: Draw, env: list[Value]) -> Picked | None:
@@ -727,7 +726,7 @@ MENU: tuple[Op, ...] = (
     Op("masked_fill", "torch.masked_fill({a}, {b}, {s})", draw_masked_fill, exact=True),
     Op("to", "{a}.to({dtype})", draw_cast, exact=True, discrete=True),
     # views
-    Op("slice", "{a}[{dims}{start}:{stop}:{step}]", draw_slice, exact=True),
+    Op("slice", "{a}[{axis}{start}:{stop}:{step}]", draw_slice, exact=True),
     Op("transpose", "{a}.transpose({d0}, {d1})", draw_transpose, exact=True),
     Op("expand", "{a}.expand({size})", draw_expand, exact=True),
     Op("as_strided", "{a}.as_strided({size}, {stride}, {offset})", draw_as_strided, exact=True),
@@ -763,8 +762,6 @@ BY_NAME: dict[str, Op] = {op.name: op for op in MENU}
 
 def render(op: Op, args: tuple[int, ...], params: dict[str, Any], outs: list[str]) -> list[str]:
     """The source lines of one step."""
-    from .program import fmt
-
     names = [f"v{k}" for k in args]
     fields: dict[str, str] = {"a": names[0]}
     if len(names) > 1:
@@ -772,7 +769,7 @@ def render(op: Op, args: tuple[int, ...], params: dict[str, Any], outs: list[str
     if len(names) > 2:
         fields["c"] = names[2]
     if op.draw is binary:
-        # tensor op tensor, tensor op scalar, or scalar op tensor (a wrapped number first)
+        # tensor op tensor, tensor op Python number, or a 0-d tensor op tensor
         if len(names) > 1:
             fields["x"], fields["y"] = names[0], names[1]
         elif params.get("swap"):
@@ -787,16 +784,14 @@ def render(op: Op, args: tuple[int, ...], params: dict[str, Any], outs: list[str
     for key, value in params.items():
         if key in ("swap", "self_t"):
             continue
-        fields[key] = value if key == "dims" else fmt(value)
-    if op.name == "slice" and params.get("stop") is None:
-        fields["stop"] = ""
+        fields[key] = fmt(value)
+    if op.name == "slice":  # x[:, :, start:stop:step] slices dim "axis"
+        fields["axis"] = ":, " * params["axis"]
+        if params["stop"] is None:
+            fields["stop"] = ""
     target = ", ".join(outs)
     fields["out"] = target
     text = op.template.format(**fields)
     if "{out}" in op.template:
         return text.split("\n")
     return [f"{target} = {text}"]
-
-
-def torch_dtype(name: str) -> torch.dtype:
-    return getattr(torch, name)  # type: ignore[no-any-return]

@@ -1,0 +1,85 @@
+"""The fuzzer's own machinery: a difference is reported, shrunk, saved and replayed exactly."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from xlalab.testing.fuzz import Finding, Program, source
+from xlalab.testing.fuzz import campaign as campaign_module
+from xlalab.testing.fuzz.campaign import run_campaign, save_regression
+from xlalab.testing.fuzz.differential import compare, execute
+from xlalab.testing.fuzz.program import Input, Step
+
+
+def _program() -> Program:
+    return Program(
+        inputs=(Input("float32", (2, 3), (0.5, -0.0, float("nan"), 2.0, -7.5, float("inf"))),),
+        steps=(
+            Step("add", (0,), {"s": True, "swap": False}),
+            Step("sum", (1,), {"dim": -1, "keepdim": False}),
+            Step("clamp", (0,), {"min": -1, "max": 1.0}),
+        ),
+        variant=(1, "dim", -2),
+    )
+
+
+def test_json_keeps_python_number_types_and_special_floats() -> None:
+    program = _program()
+    again = Program.from_json(program.to_json())
+    assert again.to_json() == program.to_json()
+    assert type(again.steps[0].params["s"]) is bool
+    assert type(again.steps[2].params["min"]) is int and type(again.steps[2].params["max"]) is float
+    assert math.copysign(1.0, again.inputs[0].values[1]) == -1.0 and math.isnan(again.inputs[0].values[2])
+    assert again.variant == (1, "dim", -2)
+
+
+def test_source_is_the_program_that_runs() -> None:
+    text = source(_program())
+    assert "v1 = torch.add(v0, True)" in text and "v2 = torch.sum(v1, dim=-1, keepdim=False)" in text
+    namespace: dict[str, object] = {}
+    exec(
+        compile(text.replace("program(xm.xla_device())", "program(torch.device('cpu'))"), "<fuzz>", "exec"),
+        namespace,
+    )
+
+
+def test_a_wrong_value_is_reported_with_the_op_that_made_it() -> None:
+    program = _program()
+    eager = execute(program, torch.device("cpu"))
+    lazy = execute(program, torch.device("cpu"))
+    assert compare(program, eager, lazy) is None
+    lazy.values[1] = lazy.values[1] + 0.5  # the addition's result
+    finding = compare(program, eager, lazy)
+    assert finding is not None and finding.kind == "mismatch" and finding.op == "add"
+
+
+def test_a_zero_of_the_wrong_sign_is_a_mismatch_where_the_result_is_exact() -> None:
+    program = Program((Input("float32", (2,), (0.5, 1.0)),), (Step("mul", (0,), {"s": 0, "swap": False}),))
+    eager = execute(program, torch.device("cpu"))
+    lazy = execute(program, torch.device("cpu"))
+    lazy.values[1] = -lazy.values[1]
+    finding = compare(program, eager, lazy)
+    assert finding is not None and finding.op == "mul"
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # eager's own (std of one element...)
+def test_a_campaign_shrinks_each_finding_once_and_saves_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A stand-in for the comparison: every program that negates something "differs".
+    def fake_check(program: Program) -> Finding | None:
+        return Finding("mismatch", "neg", "planted") if "neg" in program.ops() else None
+
+    monkeypatch.setattr(campaign_module, "check", fake_check)
+    found: list[Program] = []
+    report = run_campaign(150, 5, on_finding=lambda f, p: found.append(p))
+    assert report.programs == 150 and report.mismatches >= 1
+    assert len(report.findings) == 1 and found
+    minimal = found[0]
+    assert [s.op for s in minimal.steps] == ["neg"] and len(minimal.inputs) == 1
+    path = save_regression(report.findings[0][0], minimal, tmp_path)
+    assert Program.from_json(path.read_text()).to_json() == minimal.to_json()
