@@ -501,9 +501,12 @@ def test_a_data_dependent_shape_names_the_op_that_made_it(causes: tuple[Shell, i
     shell.ok("x = torch.tensor([1.0, -1.0, 2.0, 3.0], device=dev)\nfor _ in range(2):\n    dynamic(x)")
     out = shell.ok("dynamic(torch.tensor([1.0, -1.0, -2.0, 3.0], device=dev))")
     line = _cell_line(CAUSES, "NONZERO")
-    assert "xlalab: Recompiled: an input's shape changed (once)" in out, out
-    assert "idx: s64[3,1] → s64[2,1]" in out
-    assert "idx is the result of aten::nonzero, whose output shape depends on the data" in out
+    # The recompilation follows from the fallback already named: it is said under it.
+    assert "xlalab: Recompiled" not in out and "xlalab: aten::nonzero ran on the CPU" in out, out
+    assert (
+        "so the step recompiles as that shape changes (Recompiled: an input's shape changed: "
+        "idx: s64[3,1] → s64[2,1])"
+    ) in out
     assert f"  at cell [{defined}], line {line} in dynamic: idx = torch.nonzero(x > 0)" in out
 
 
@@ -529,3 +532,18 @@ def test_a_precision_warning_names_the_cell_not_a_temporary_file(shell: Shell) -
     finally:
         config.set("XLA_USE_BF16", False)
         backend._warned.clear()
+
+
+def test_a_read_inside_an_installed_library_names_the_users_line(shell: Shell) -> None:
+    """statistics.fmean (the standard library) reads the tensors: its frames are context, never the line."""
+    shell.ok("import statistics, torch, xlalab.core.xla_model as xm\ndev = xm.xla_device()")
+    out = shell.ok(
+        "for k in range(3):\n"
+        "    t = torch.ones(2, device=dev) * (k + 19)\n"
+        "    m = statistics.fmean([t.sum(), t.mean()])\n"
+        "    xm.mark_step()"
+    )
+    count = shell.sh.execution_count - 1
+    assert "xlalab: .item() cut the step" in out, out
+    assert f"  at cell [{count}], line 3 in <module>: m = statistics.fmean([t.sum(), t.mean()])" in out
+    assert "statistics.py" not in out

@@ -22,6 +22,15 @@ from .watcher import Watcher
 _log = logging.getLogger("xlalab.lab")
 
 
+def _ipython_major() -> int:
+    import IPython
+
+    try:
+        return int(IPython.__version__.split(".")[0])
+    except ValueError:
+        return 0
+
+
 def record_lines(on: bool) -> None:
     """Every op records the user's line that made it (XLA_IR_DEBUG), so a warning can name the
     line that baked a changed integer or took another path. The notebook turns it on when it
@@ -46,6 +55,8 @@ class LabSession:
         self._magics: Any = None
         self._ir_debug_before: Any = None
         self._showwarning: Any = warnings.showwarning
+        self._count_ahead = 1 if _ipython_major() >= 9 else 0  # see pre_run_cell
+        self._cell_id: str | None = None
 
     # ---- lifecycle
     def start(self) -> None:
@@ -87,6 +98,21 @@ class LabSession:
         if warnings.showwarning == self._show_warning:
             warnings.showwarning = self._showwarning
 
+    def _settle_count(self, result: Any) -> None:
+        """Correct the running cell's number with the one IPython gave it (see pre_run_cell)."""
+        count = getattr(result, "execution_count", None)
+        guessed = self.cells.current
+        if not isinstance(count, int) or guessed is None or count == guessed:
+            return
+        info = getattr(result, "info", None)
+        if getattr(info, "store_history", False):
+            self._count_ahead += guessed - count
+        self.cells.cell_ids.pop(guessed, None)
+        self.cells.start_cell(count, self._cell_id)
+        for f in self.watcher.findings_of_cell():
+            if f.cell == guessed:
+                f.cell = count
+
     def _show_warning(
         self, message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
     ) -> None:
@@ -101,13 +127,19 @@ class LabSession:
 
     # ---- cells
     def pre_run_cell(self, info: Any) -> None:
-        self.cells.start_cell(self.shell.execution_count, getattr(info, "cell_id", None))
+        # IPython 9 counts the cell before pre_run_cell (8 after): learnt from the first
+        # post_run_cell's result, guessed from the version until then.
+        stored = bool(getattr(info, "store_history", False))
+        self._cell_id = getattr(info, "cell_id", None)
+        count = self.shell.execution_count - (self._count_ahead if stored else 0)
+        self.cells.start_cell(count, self._cell_id)
         self.watcher.start_cell()
         self.cell_snapshots.append(render.snapshot())
         del self.cell_snapshots[:-2]
 
     def post_run_cell(self, result: Any) -> None:
         try:
+            self._settle_count(result)
             self.watcher.end_cell()
             findings = self.watcher.findings_of_cell()
             if findings and self.warnings_on:

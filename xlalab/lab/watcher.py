@@ -67,6 +67,16 @@ class Finding:
     details: list[str] = field(default_factory=list)
     count: int = 1
     previous_graph_hash: str = ""  # recompilations: the graph this one replaced at its place
+    folded: list[str] = field(default_factory=list)  # findings that follow from this one, said under it
+
+    def fold(self, note: str, replaces: str = "") -> None:
+        """Say a consequence under this finding (replacing an earlier note that starts with ``replaces``)."""
+        if replaces:
+            self.folded = [d for d in self.folded if not d.startswith(replaces)]
+            self.details = [d for d in self.details if not d.startswith(replaces)]
+        if note not in self.folded:
+            self.folded.append(note)
+            self.details.append(note)
 
 
 @dataclass
@@ -277,7 +287,8 @@ class Watcher:
             self._keyed[key] = f
         else:
             f.count += 1
-            f.message, f.details = message, details or f.details
+            base = details if details else [d for d in f.details if d not in f.folded]
+            f.message, f.details = message, list(base) + f.folded
         self.cell_findings.add(f.id)
         return f
 
@@ -315,6 +326,13 @@ class Watcher:
             folded = self._fold_under_read(cause, barrier)
             if folded is not None:
                 return folded
+        dynamic = self._dynamic_ops.get(cause.where) if cause.where is not None else None
+        fallback = self._keyed.get(("fallback", dynamic, cause.where)) if dynamic else None
+        if fallback is not None:  # the data-dependent op already reported explains it
+            self.cell_findings.add(fallback.id)
+            note = "so the step recompiles as that shape changes "
+            fallback.fold(note + f"(Recompiled: {cause.title}: {cause.message})", replaces=note)
+            return fallback
         # The line that caused it first; the barrier that compiled it (and its callers) as context.
         frames = ([cause.where] if cause.where is not None else []) + [f for f in barrier if f != cause.where]
         cause.details.append(
@@ -492,8 +510,7 @@ class Watcher:
         at = self._label(barrier[0] if barrier else None)
         note = f"so the rest of the step is another graph: it recompiled at {at} ({cause.title}: "
         note += f"{cause.message})"
-        if note not in f.details:
-            f.details.append(note)
+        f.fold(note)
         return f
 
     def _on_sync(self, ev: events.SyncEvent) -> Finding | None:
