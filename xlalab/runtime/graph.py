@@ -24,9 +24,21 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from . import backend, compile_cache, config, debug_files, events, index_checks, ir, metrics, promotion
+from . import (
+    backend,
+    compile_cache,
+    config,
+    debug_files,
+    events,
+    execution_timer,
+    index_checks,
+    ir,
+    metrics,
+    promotion,
+)
 from .dtypes import to_jnp
 from .frames import user_frames
+from . import sharding  # SPMD: shardings of leaves, pinned outputs and constraints
 from .ir import Node
 from .log import vlog
 from .lowering.registry import LOWERINGS
@@ -290,6 +302,7 @@ def _checked(op: Any, res: Any, shape: Any, dtype: torch.dtype) -> Any:
 # Nodes that are not aten ops: registered here, beside the graph machinery that makes them.
 SPECIAL_LOWERINGS: dict[Any, Callable[[list[Any], Any, Any, Any], Any]] = {}
 SPECIAL_LOWERINGS[index_checks.CHECK] = index_checks.lower
+SPECIAL_LOWERINGS[sharding.CONSTRAINT] = sharding.lower_constraint
 # Collective ops (registered by xlalab.runtime.replicated): op -> how many replicas a node spans.
 COLLECTIVES: dict[Any, Callable[[Node], int]] = {}
 
@@ -423,7 +436,7 @@ def publish_compile_start(graph: Graph, device: str, reason: str) -> None:
 def compile_graph(graph: Graph, datas: list[Any], scalars: Any, reason: str = "") -> Program:
     publish_compile_start(graph, f"xla:{graph.key[-1]}", reason)
     t0 = time.perf_counter_ns()
-    fn = build_function(graph)
+    fn = sharding.constrain_outputs(graph, build_function(graph))
     lowered = None
     try:
         lowered = jax.jit(fn).lower(datas, scalars)
@@ -476,7 +489,7 @@ def _inputs(graph: Graph, device: int) -> tuple[list[Any], Any]:
     datas = [n.value for n in graph.nodes if n.op is ir.DATA]
     vals = [float(n.value) for n in graph.nodes if n.op is ir.SCALAR]
     scalars = jax.device_put(np.asarray(vals, dtype=np.float64), backend.jax_device(device))
-    return datas, scalars
+    return sharding.place_inputs(graph, datas, scalars)
 
 
 # --------------------------------------------------------------------------- op-by-op
@@ -607,7 +620,7 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
     device = graph.key[-1]
     datas, scalars = _inputs(graph, device)
     metrics.record("TensorsGraphSize", len(graph.nodes), "number")
-    key = (graph.key, _trace_settings())
+    key = (graph.key, _trace_settings(), sharding.cache_key(graph, datas))
     prog = CACHE.get(key)
     if prog is None:
         # Checked on a miss only: a refused graph never enters the cache, so it misses again.
@@ -627,12 +640,17 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
     t0 = time.perf_counter_ns()
     try:
         outs = prog(datas, scalars)
-        if config.get("XLA_SYNC_WAIT"):
+        synchronous = bool(config.get("XLA_SYNC_WAIT"))
+        if synchronous:
             jax.block_until_ready(outs)
     except Exception as e:
         raise _failure(graph, "Executing", e) from e
     dt = time.perf_counter_ns() - t0
-    metrics.record("ExecuteTime", dt)
+    metrics.record("DispatchTime", dt)
+    if synchronous:
+        execution_timer.record_now(t0)
+    else:
+        execution_timer.dispatched(t0, outs)  # ExecuteTime, when the device has finished
     metrics.count("ExecuteComputation")
     vlog("tensor", 5, "Executing IR graph hash %x on device xla:%d done!", prog.graph_hash, device)
     if events.listening():
@@ -808,7 +826,8 @@ def materialize_on_devices(
 
 
 def wait_device_ops() -> None:
-    """Block until every dispatched computation has finished."""
+    """Block until every dispatched computation has finished (and is timed)."""
     jax.effects_barrier()
     for arr in jax.live_arrays():
         arr.block_until_ready()
+    execution_timer.drain()
