@@ -70,11 +70,14 @@ def test_trace_capture_from_own_server_and_clear_errors(tmp_path: Path) -> None:
         xp.stop_trace()
     with pytest.raises(RuntimeError, match="no server runs here"):
         xp.trace("localhost:9999", str(tmp_path))
-    xp.start_server(9012)
-    thread = xp.trace_detached("localhost:9012", str(tmp_path / "cap"), duration_ms=300)
+    from xlalab.utils.utils import get_free_tcp_ports
+
+    port = get_free_tcp_ports(1)[0]
+    xp.start_server(port)
+    thread = xp.trace_detached(f"localhost:{port}", str(tmp_path / "cap"), duration_ms=300)
     with xp.Trace("while_capturing"):
         (torch.ones(3, device=torch.device("xla", 0)) + 1).cpu()
     thread.join(timeout=60)
     assert list((tmp_path / "cap" / "plugins" / "profile").glob("*/*.xplane.pb"))
-    with pytest.raises(RuntimeError, match="runs on port 9012"):
+    with pytest.raises(RuntimeError, match=f"runs on port {port}"):
         xp.trace("localhost:1", str(tmp_path))
