@@ -140,6 +140,7 @@ class Watcher:
         self._cell_steps = 0  # step barriers (mark_step) in the cell running now
         # Reads that ran pending IR since the last step barrier: (reason, user frames).
         self._step_reads: list[tuple[str, list[Frame]]] = []
+        self._folded_changes: dict[int, list[str]] = {}  # finding id -> recompilations said under it
         self._dynamic_ops: dict[Frame, str] = {}  # lines whose CPU fallback has a data-dependent shape
         self._lock = threading.RLock()
         self._unsubscribe: Callable[[], None] | None = None
@@ -331,7 +332,11 @@ class Watcher:
         if fallback is not None:  # the data-dependent op already reported explains it
             self.cell_findings.add(fallback.id)
             note = "so the step recompiles as that shape changes "
-            fallback.fold(note + f"(Recompiled: {cause.title}: {cause.message})", replaces=note)
+            seen = self._folded_changes.setdefault(fallback.id, [])
+            seen.append(cause.message)
+            shown = "; ".join(seen[:3]) + ("; ..." if len(seen) > 3 else "")
+            times = "" if len(seen) == 1 else f" {len(seen)} times"
+            fallback.fold(note + f"(Recompiled{times}: {cause.title}: {shown})", replaces=note)
             return fallback
         # The line that caused it first; the barrier that compiled it (and its callers) as context.
         frames = ([cause.where] if cause.where is not None else []) + [f for f in barrier if f != cause.where]
