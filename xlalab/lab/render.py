@@ -18,8 +18,8 @@ from xlalab.runtime import metrics
 from .cells import CellMap
 from .watcher import ITEM_OP, Finding
 
-_ICON = {"recompile": "⟳", "fallback": "⇣", "transfer": "⇄"}
-_COLOR = {"recompile": "#b45309", "fallback": "#b91c1c", "transfer": "#1d4ed8"}
+_ICON = {"recompile": "⟳", "fallback": "⇣", "transfer": "⇄", "no_barrier": "∞"}
+_COLOR = {"recompile": "#b45309", "fallback": "#b91c1c", "transfer": "#1d4ed8", "no_barrier": "#7c2d12"}
 
 
 def _times(n: int) -> str:
