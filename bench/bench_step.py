@@ -88,6 +88,7 @@ class Result:
     ops: int | None = None
     us_per_op: float | None = None
     note: str = ""
+    sync_host_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -267,9 +268,48 @@ def bench_xlalab(x: Xlalab, wl: Workload, train_step: Callable[..., torch.Tensor
     uncached = _counter(x, "UncachedCompile") - uncached
     cached = _counter(x, "CachedCompile") - cached
     compile_ms = (_compile_time_ns(x) - compile_ns) / 1e6
-    return Result("xlalab", times.first_ms(), times.steady_ms(cfg.warmup), f"{uncached} (+{cached} hit)", ops,
-                  times.steady_record_s(cfg.warmup) * 1e6 / ops,
-                  f"µs/op = recording / aten ops; compile {compile_ms:.0f} ms")
+    synced = Result("xlalab", times.first_ms(), times.steady_ms(cfg.warmup), f"{uncached} (+{cached} hit)",
+                    ops, times.steady_record_s(cfg.warmup) * 1e6 / ops,
+                    f"µs/op = recording / aten ops; compile {compile_ms:.0f} ms")
+    synced.sync_host_ms = _cached_sync_host_ms(xm, lambda i: train_step(wl, model, opt, *dev_batches[i]),
+                                               len(dev_batches))
+    return synced
+
+
+def bench_xlalab_pipelined(x: Xlalab, wl: Workload, train_step: Callable[..., torch.Tensor],
+                           batches: list[Batch], cfg: Config) -> Result:
+    """A barrier every step and one read (``loss.item()``) every 10 steps, as a training loop that
+    logs does: recording step i+1 overlaps the device's execution of step i."""
+    xm = x.xm
+    dev = xm.xla_device()
+    model = wl.make_model(0).to(dev)
+    opt = wl.make_optimizer(model.parameters())
+    dev_batches = [(inp.to(dev), tgt.to(dev)) for inp, tgt in batches]
+    for i in range(1 + cfg.warmup):  # compiles happen here, as in the synced column
+        train_step(wl, model, opt, *dev_batches[i], barrier=xm.mark_step)
+    xm.wait_device_ops()
+    steady = range(1 + cfg.warmup, len(dev_batches))
+    t0 = time.perf_counter()
+    loss = None
+    for k, i in enumerate(steady):
+        loss = train_step(wl, model, opt, *dev_batches[i], barrier=xm.mark_step)
+        if k % 10 == 9:
+            loss.item()
+    xm.wait_device_ops()
+    per_step = (time.perf_counter() - t0) / max(len(steady), 1) * 1e3
+    return Result("pipelined", None, per_step, "-", None, None, "barrier every step, one read every 10")
+
+
+def _cached_sync_host_ms(xm: ModuleType, record_step: Callable[[int], object], n: int) -> float:
+    """Host CPU time of ``mark_step`` on a graph already compiled (recording excluded)."""
+    samples = []
+    for i in range(min(n, 8)):
+        record_step(i)
+        t0 = time.thread_time()
+        xm.mark_step()
+        samples.append(time.thread_time() - t0)
+        xm.wait_device_ops()
+    return statistics.median(samples[1:] or samples) * 1e3
 
 
 # --------------------------------------------------------------------------------------- workloads
@@ -299,6 +339,11 @@ def bench_workload(workloads: ModuleType, name: str, xla: Xlalab | str, cfg: Con
             results.append(bench_xlalab(xla, wl, workloads.train_step, batches, ops, cfg))
         except Exception as exc:  # xlalab is under construction; report and go on
             results.append(_failure("xlalab", exc, cfg))
+        _progress(f"{name}/xlalab pipelined")
+        try:
+            results.append(bench_xlalab_pipelined(xla, wl, workloads.train_step, batches, cfg))
+        except Exception as exc:
+            results.append(_failure("pipelined", exc, cfg))
     return results
 
 
@@ -333,9 +378,15 @@ def print_ratios(per_workload: dict[str, list[Result]]) -> None:
     for name, results in per_workload.items():
         by_backend = {r.backend: r for r in results}
         xla = by_backend.get("xlalab")
-        print(f"  {name:<8} xlalab/jax.jit = {_ratio(xla, by_backend.get('jax.jit')):>7}   "
+        jit = by_backend.get("jax.jit")
+        print(f"  {name:<8} xlalab/jax.jit = {_ratio(xla, jit):>7}   "
+              f"pipelined/jax.jit = {_ratio(by_backend.get('pipelined'), jit):>7}   "
               f"xlalab/eager = {_ratio(xla, by_backend.get('eager')):>7}   "
-              f"jax.jit/eager = {_ratio(by_backend.get('jax.jit'), by_backend.get('eager')):>7}")
+              f"jax.jit/eager = {_ratio(jit, by_backend.get('eager')):>7}")
+    print("\nhost cost of a cached sync (mark_step CPU time, recording excluded):")
+    for name, results in per_workload.items():
+        xla = next((r for r in results if r.backend == "xlalab"), None)
+        print(f"  {name:<8} {_fmt(xla.sync_host_ms if xla else None, '.2f')} ms")
 
 
 # ------------------------------------------------------------------------------ recording micro-bench
@@ -431,6 +482,73 @@ def run_micro(xla: Xlalab | str, cfg: Config) -> None:
         print(f"{r.backend:<14} {_fmt(r.us_per_op, '.2f'):>7}  {r.note}")
 
 
+# ----------------------------------------------------------------- big graphs, cold starts, memory
+
+_FIRST_STEP = """
+import sys, time
+t0 = time.perf_counter()
+import torch
+import xlalab.core.xla_model as xm
+from xlalab.runtime import compile_cache
+from xlalab.testing import workloads as W
+compile_cache.configure(sys.argv[1])
+wl = W.WORKLOADS[sys.argv[2]]
+dev = xm.xla_device()
+model = wl.make_model(0).to(dev)
+opt = wl.make_optimizer(model.parameters())
+batch = [t.to(dev) for t in wl.make_batch(0, wl.default_batch, "cpu")]
+xm.mark_step(); xm.wait_device_ops()
+t1 = time.perf_counter()
+W.train_step(wl, model, opt, *batch, barrier=xm.mark_step)
+xm.wait_device_ops()
+print((time.perf_counter() - t1) * 1e3, (t1 - t0) * 1e3)
+"""
+
+
+def first_step_ms(name: str, cache_dir: str) -> tuple[float, float]:
+    """(first step ms, start-up ms) of a fresh process whose persistent compile cache is ``cache_dir``."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _FIRST_STEP, cache_dir, name], capture_output=True,
+                         text=True, timeout=600, cwd=REPO_ROOT, check=True).stdout.split()  # fmt: skip
+    return float(out[-2]), float(out[-1])
+
+
+def run_host_and_memory(x: Xlalab, names: list[str], cfg: Config) -> None:
+    import tempfile
+
+    xm = x.xm
+    dev = xm.xla_device()
+    print("\ncached sync of a 10,000-node graph (a chain of adds), host CPU time of mark_step:")
+    base = torch.ones(16, device=dev)
+    xm.mark_step()
+    samples = []
+    for _ in range(3 if cfg.micro_reps <= 2 else 5):
+        y = base
+        for _ in range(10_000):
+            y = y + 1.0
+        t0 = time.thread_time()
+        xm.mark_step()
+        samples.append(time.thread_time() - t0)
+        xm.wait_device_ops()
+    print(f"  {statistics.median(samples[1:]) * 1e3:.1f} ms (first, compiling: {samples[0] * 1e3:.0f} ms)")
+
+    print("\nfirst step of a fresh process, cold and from the persistent compile cache:")
+    for name in names[:1] if cfg.micro_reps <= 2 else names:
+        with tempfile.TemporaryDirectory() as cache:
+            cold, _ = first_step_ms(name, cache)
+            warm, startup = first_step_ms(name, cache)
+        print(f"  {name:<8} cold {cold:8.0f} ms   warm {warm:8.0f} ms   (start-up before it: "
+              f"{startup:.0f} ms)")
+
+    info = xm.get_memory_info(dev) if hasattr(xm, "get_memory_info") else None
+    print("\ndevice memory (xm.get_memory_info):")
+    if info:
+        used, peak = info.get("bytes_used", 0) / 2**20, info.get("peak_bytes_used", 0) / 2**20
+        print(f"  in use {used:.1f} MiB, peak {peak:.1f} MiB"
+              " (on CPU, JAX keeps no allocator statistics: live arrays are counted instead)")
+
+
 # ------------------------------------------------------------------------------------------------ main
 
 
@@ -475,6 +593,8 @@ def main(argv: list[str] | None = None) -> None:
     print_workload_table(rows)
     print_ratios(per_workload)
     run_micro(xla, cfg)
+    if not isinstance(xla, str):
+        run_host_and_memory(xla, names, cfg)
 
 
 if __name__ == "__main__":

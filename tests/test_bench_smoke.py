@@ -1,0 +1,25 @@
+"""`make bench` runs: every table it prints comes out (a smoke run; nothing here is timed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bench_prints_every_table() -> None:
+    run = subprocess.run(
+        [sys.executable, "bench/bench_step.py", "--quick", "--workloads", "mlp"],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = run.stdout
+    for heading in ("steady-step ratios", "pipelined/jax.jit", "host cost of a cached sync",
+                    "recording micro-benchmark", "10,000-node graph", "cold", "warm", "device memory"):  # fmt: skip
+        assert heading in out, out
+    rows = [line.split() for line in out.splitlines() if line.startswith("mlp ")]
+    backends = {r[2] for r in rows if len(r) > 2}
+    assert {"eager", "jax.jit", "xlalab", "pipelined"} <= backends, out
+    assert not any("failed:" in line for line in out.splitlines()), out
