@@ -16,8 +16,9 @@ def test_bench_prints_every_table() -> None:
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout
-    for heading in ("steady-step ratios", "pipelined/jax.jit", "host cost of a cached sync",
-                    "recording micro-benchmark", "10,000-node graph", "cold", "warm", "device memory"):  # fmt: skip
+    headings = ("steady-step ratios", "pipelined/jax.jit", "host cost of a cached sync",
+                "recording micro-benchmark", "10,000-node graph", "cold", "warm", "device memory")
+    for heading in headings:
         assert heading in out, out
     rows = [line.split() for line in out.splitlines() if line.startswith("mlp ")]
     backends = {r[2] for r in rows if len(r) > 2}
