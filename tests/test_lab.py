@@ -366,8 +366,12 @@ def test_a_loop_without_a_step_barrier_is_named_at_the_cells_end(shell: Shell) -
     shell.ok(setup(18))
     shell.ok(NO_BARRIER)
     defined = shell.sh.execution_count - 1
+    before = dict(metrics.COUNTERS)
     out = shell.ok("for _ in range(4):\n    loss = step_without_barrier(8)")
     count = shell.sh.execution_count - 1
+    # Looking compiled, ran and transferred nothing: the graph is still pending.
+    for name in ("UncachedCompile", "CachedCompile", "ExecuteComputation", "xla::_to_cpu"):
+        assert metrics.COUNTERS.get(name, 0) == before.get(name, 0), name
     assert "xlalab: No step barrier: the pending graph keeps growing (4 times)" in out, out
     m = re.search(r"optimizer.step\(\) ran 4 times with no xm.mark_step\(\) in between: nothing ran, and the "
                   r"pending graph has grown to (\d+) nodes", out)  # fmt: skip
