@@ -652,3 +652,28 @@ def test_analysis_names_the_op_whose_data_dependent_shape_recompiles(
         f"an input's shape, sent to the device at {__file__}:{line} (_count_positives) by aten::nonzero, "
         "whose output shape depends on the data: s64[2,1] -> s64[3,1], s64[3,1] -> s64[4,1]"
     ) in report, report
+
+
+def _head(dev: torch.device, n: int) -> torch.Tensor:
+    w = torch.ones(4, 8, device=dev)
+    out = (w * 3)[:, :n].sum()  # BAKED
+    xlalab.mark_step()
+    return out
+
+
+def test_analysis_names_a_changed_baked_integer_with_both_values(
+    dev: torch.device, debug: Callable[[], str]
+) -> None:
+    config.set("XLA_IR_DEBUG", True)
+    try:
+        for n in range(1, 7):
+            _head(dev, n)
+    finally:
+        config.set("XLA_IR_DEBUG", False)
+    source = Path(__file__).read_text().splitlines()
+    line = next(i for i, s in enumerate(source, 1) if s.endswith("# BAKED"))
+    report = pxd.report()
+    assert (
+        f"an integer baked into the graph: aten::slice end created at {__file__}:{line} (_head) "
+        "(keep it constant, or pass it as a tensor): 2 -> 3, 3 -> 4, 4 -> 5, ..."
+    ) in report, report
