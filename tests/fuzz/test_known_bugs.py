@@ -154,3 +154,14 @@ def test_xla_refuses_what_eager_refuses(name: str) -> None:
 
 def test_max_over_a_dim_of_bools_still_works() -> None:
     _assert_same(lambda d: torch.max(torch.tensor([[True, False], [False, False]], device=d), dim=1))
+
+
+def test_abs_gradient_at_nan_is_nan_through_a_chain() -> None:
+    # abs's gradient is g * sgn(x); XLA must not turn g * sgn(abs(x)) into a select that drops NaN.
+    def program(d: torch.device) -> tuple[torch.Tensor, ...]:
+        x = torch.tensor([NAN, 1.0, -2.0, 0.0], device=d, dtype=torch.float64, requires_grad=True)
+        torch.exp(torch.abs(torch.abs(x))).sum().backward()
+        assert x.grad is not None
+        return (x.grad,)
+
+    _assert_same(program, rtol=1e-12)

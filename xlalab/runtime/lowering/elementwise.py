@@ -484,7 +484,11 @@ def _sign(x: Array) -> Array:
     # torch computes (0 < x) - (x < 0), so sign(NaN) == 0, unlike jnp.sign.
     if x.dtype == jnp.bool_:
         return x
-    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+    # Not as converted predicates for floats: XLA rewrites g * convert(p) as select(p, g, 0),
+    # which turns abs's gradient g * sgn(x) at NaN into 0 where torch computes NaN * 0.
+    return jnp.where(jnp.isnan(x), jnp.zeros((), x.dtype), jnp.sign(x))
 
 
 @lowering(aten.frac.default)

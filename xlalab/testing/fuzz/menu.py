@@ -736,6 +736,8 @@ MENU: tuple[Op, ...] = (
     Op("flatten", "{a}.reshape(-1)", unary(), exact=True),
     Op("contiguous", "{a}.contiguous()", unary(), exact=True),
     Op("clone", "{a}.clone()", unary(), exact=True),
+    Op("detach", "{a}.detach()", unary(), exact=True),  # an alias: writes reach the original
+    Op("t", "{a}.t()", unary(lambda v: v.ndim <= 2), exact=True),
     Op("permute", "{a}.permute({dims})", draw_permute, exact=True),
     Op("squeeze", "{a}.squeeze()", unary(), exact=True),
     Op("diagonal", "{a}.diagonal({offset})", draw_diagonal, exact=True),
