@@ -6,6 +6,7 @@ start (each interpreter costs seconds); the rest runs here on one device.
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import os
@@ -508,3 +509,28 @@ def test_more_utils_and_xmp_helpers(dev: torch.device, capsys: pytest.CaptureFix
     xr.set_device_type("CPU")  # the platform already running: accepted
     with pytest.raises(backend.DeviceError, match="already CPU"):
         xr.set_device_type("TPU")
+
+
+def test_compile_full_graph_names_each_graph_break(dev: torch.device) -> None:
+    @torch_xla.compile(full_graph=True)
+    def step_fn(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        if y.sum().item() > 0:  # a read: the graph breaks here
+            y = y + 1
+        return y
+
+    lines, first = inspect.getsourcelines(step_fn)
+    line = first + next(i for i, text in enumerate(lines) if ".item()" in text)
+    expected = rf"of step_fn: the body executed 1 graph\(s\) .*:{line}\)"
+    with pytest.raises(torch_xla.GraphBreakError, match=expected):
+        step_fn(torch.ones(3, device=dev))
+    ok = torch_xla.compile(lambda x: x * 2, full_graph=True)
+    assert ok(torch.ones(3, device=dev)).cpu().tolist() == [2.0] * 3
+
+
+def test_compile_max_different_graphs(dev: torch.device) -> None:
+    double = torch_xla.compile(lambda x: x * 2, max_different_graphs=1)
+    double(torch.ones(3, device=dev))
+    double(torch.ones(3, device=dev))  # the same graph again
+    with pytest.raises(torch_xla.GraphBreakError, match="traced 2 different graphs"):
+        double(torch.ones(5, device=dev))
