@@ -436,10 +436,10 @@ def publish_compile_start(graph: Graph, device: str, reason: str) -> None:
 def compile_graph(graph: Graph, datas: list[Any], scalars: Any, reason: str = "") -> Program:
     publish_compile_start(graph, f"xla:{graph.key[-1]}", reason)
     t0 = time.perf_counter_ns()
-    fn = sharding.constrain_outputs(graph, build_function(graph))
+    fn = build_function(graph)
     lowered = None
     try:
-        lowered = jax.jit(fn).lower(datas, scalars)
+        lowered = jax.jit(fn, **sharding.jit_options(graph)).lower(datas, scalars)
         executable = lowered.compile()
     except Exception as e:
         failure = _failure(graph, "Lowering" if lowered is None else "XLA failed to compile", e, lowered)

@@ -1,0 +1,141 @@
+"""Run by tests/test_spmd.py in a subprocess with XLA_NUM_DEVICES=8: SPMD programs on 8 CPU
+devices, each beside its one-device run. Prints one JSON object."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from contextlib import redirect_stdout
+from typing import Any
+
+import numpy as np
+import torch
+
+import xlalab
+
+xlalab.use_torch_xla_names()
+
+import torch_xla  # noqa: E402
+import torch_xla.distributed.spmd as xs  # noqa: E402
+import torch_xla.runtime as xr  # noqa: E402
+from torch_xla.distributed.spmd.debugging import visualize_tensor_sharding  # noqa: E402
+
+from xlalab.runtime import graph, metrics  # noqa: E402
+
+out: dict[str, Any] = {}
+
+
+def mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+
+
+torch.manual_seed(1)
+X, Y = torch.randn(16, 16), torch.randn(16, 8)
+
+
+def train(
+    device: str, shard: Any = None, wrap: Any = None, steps: int = 3
+) -> tuple[list[float], torch.nn.Module]:
+    model = mlp().to(device)
+    if wrap is not None:
+        model = wrap(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = X.to(device), Y.to(device)
+    if shard is not None:
+        shard(model, x, y)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        if device != "cpu":
+            torch_xla.sync()
+        losses.append(loss.item())
+    return losses, model
+
+
+out["before_use_spmd"] = xr.is_spmd()
+xr.use_spmd()
+out["is_spmd"] = xr.is_spmd()
+out["device_count"] = xr.global_runtime_device_count()
+mesh = xs.Mesh(np.arange(8), (2, 4), ("data", "model"))
+
+
+def shard_2d(model: Any, x: torch.Tensor, y: torch.Tensor) -> None:
+    xs.mark_sharding(model[0].weight, mesh, ("model", None))
+    xs.mark_sharding(model[2].weight, mesh, (None, "model"))
+    xs.mark_sharding(x, mesh, ("data", None))
+    xs.mark_sharding(y, mesh, ("data", None))
+
+
+out["cpu_losses"], _ = train("cpu")
+metrics.clear_counters()
+out["spmd_losses"], model = train("xla", shard_2d)
+out["compiles"] = metrics.counter_value("UncachedCompile")
+w = model[0].weight
+out["w_spec_after_training"] = torch_xla._XLAC._get_xla_sharding_spec(w) if hasattr(
+    torch_xla._XLAC, "_get_xla_sharding_spec") else xs.get_sharding_spec(w)  # fmt: skip
+out["w_shard_shapes"] = sorted({tuple(s.data.shape) for s in w._st.node.value.addressable_shards})
+out["w_num_devices"] = len(w._st.node.value.sharding.device_set)
+
+# Spec strings and sharding types on a 1-D mesh of half the devices.
+mesh4 = xs.Mesh(np.arange(4), (4,), ("x",))
+t = torch.arange(16.0).reshape(8, 2).to("xla")
+sharded = xs.mark_sharding(t, mesh4, ("x", None))
+out["spec_4x1"] = sharded.sharding_spec
+out["type_4x1"] = sharded.sharding_type.name
+out["local_shards"] = [[list(s.data.shape), s.device] for s in sharded.local_shards]
+out["sum_on_4"] = (t * 2).sum().item()
+xs.clear_sharding(t)
+out["spec_cleared"] = xs.get_sharding_spec(t)
+
+# An intermediate: the constraint reaches the compiled program, values are unchanged.
+a = torch.randn(8, 8)
+xa = a.to("xla")
+
+
+def constrained_sum() -> torch.Tensor:
+    h = (xa @ xa.T).reshape(64)
+    xs.mark_sharding(h, mesh, (("data", "model"),))
+    out["spec_intermediate"] = xs.get_sharding_spec(h)
+    return (h * 3).sum()
+
+
+graph.CACHE.clear()
+out["intermediate_close"] = bool(torch.allclose(constrained_sum().cpu(), (a @ a.T).sum() * 3, rtol=1e-5))
+# The partitioner honoured the constraint: each device scales its own 8 of the 64 values.
+texts = [p.executable.as_text() for p in graph.CACHE.values()]
+out["constraint_in_hlo"] = any("num_partitions=8" in s and "f32[8]{0} multiply" in s for s in texts)
+
+# The block table.
+z = torch.zeros(8, 8, device="xla")
+xs.mark_sharding(z, xs.Mesh(np.arange(8), (4, 2), ("a", "b")), ("a", "b"))
+buf = io.StringIO()
+with redirect_stdout(buf):
+    visualize_tensor_sharding(z, use_color=False)
+out["table"] = buf.getvalue()
+
+# FSDPv2: parameters sharded over an 8-way 'fsdp' axis.
+fsdp_mesh = xs.Mesh(np.arange(8), (8, 1), ("fsdp", "model"))
+out["fsdp_losses"], fsdp_model = train("xla", wrap=lambda m: xs.SpmdFullyShardedDataParallel(m, fsdp_mesh))
+out["fsdp_specs"] = [xs.get_sharding_spec(p) for p in fsdp_model.parameters()]
+
+# Mistakes name the fix.
+errors = {}
+try:
+    xs.mark_sharding(torch.zeros(4, 4, device="xla"), mesh, ("data",))
+except ValueError as e:
+    errors["spec_length"] = str(e)
+try:
+    xs.mark_sharding(torch.zeros(6, 4).to("xla"), mesh, ("model", None))
+except ValueError as e:
+    errors["uneven"] = str(e)
+try:
+    xs.mark_sharding(torch.zeros(4, 4, device="xla"), mesh, ("nope", None))
+except ValueError as e:
+    errors["axis"] = str(e)
+out["errors"] = errors
+json.dump(out, sys.stdout)

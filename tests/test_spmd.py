@@ -1,0 +1,121 @@
+"""SPMD: programs sharded over 8 CPU devices by XLA's partitioner, against one device.
+
+The device count is fixed per process, so the 8-device checks run once, in a subprocess started
+with XLA_NUM_DEVICES=8 (tests/spmd_script.py); the tests here read its report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from xlalab.runtime import sharding
+
+SCRIPT = Path(__file__).with_name("spmd_script.py")
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    env = {**os.environ, "XLA_NUM_DEVICES": "8", "PJRT_DEVICE": "CPU"}
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+def test_use_spmd_switches_mode_and_counts_devices(report: dict[str, Any]) -> None:
+    assert report["before_use_spmd"] is False
+    assert report["is_spmd"] is True
+    assert report["device_count"] == 8
+
+
+def test_2d_data_model_sharded_mlp_trains_as_on_one_device(report: dict[str, Any]) -> None:
+    np.testing.assert_allclose(report["spmd_losses"], report["cpu_losses"], rtol=1e-5)
+    # The first step compiles for unsharded leaves, the second for the sharded values the first
+    # produced; after that the program is reused.
+    assert report["compiles"] <= 2
+
+
+def test_parameters_stay_sharded_across_optimizer_steps(report: dict[str, Any]) -> None:
+    # (32, 16) weight split 4 ways on rows over 'model', replicated over 'data' (2 ways).
+    assert report["w_spec_after_training"] == "{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}"
+    assert report["w_shard_shapes"] == [[8, 16]]
+    assert report["w_num_devices"] == 8
+
+
+def test_spec_string_sharding_type_and_local_shards(report: dict[str, Any]) -> None:
+    assert report["spec_4x1"] == "{devices=[4,1]0,1,2,3}"
+    assert report["type_4x1"] == "TILED"
+    assert report["local_shards"] == [[[2, 2], f"xla:{i}"] for i in range(4)]
+    assert report["sum_on_4"] == 240.0  # a program over a mesh of half the devices
+    assert report["spec_cleared"] == ""
+
+
+def test_mark_sharding_on_intermediate_is_a_constraint(report: dict[str, Any]) -> None:
+    assert report["spec_intermediate"] == "{devices=[8]0,1,2,3,4,5,6,7}"
+    assert report["intermediate_close"]
+    assert report["constraint_in_hlo"]
+
+
+def test_visualize_tensor_sharding_table(report: dict[str, Any]) -> None:
+    rows = [line for line in report["table"].splitlines() if "CPU" in line]
+    cells = [[c.strip() for c in row.strip("│").split("│")] for row in rows]
+    assert cells == [["CPU 0", "CPU 1"], ["CPU 2", "CPU 3"], ["CPU 4", "CPU 5"], ["CPU 6", "CPU 7"]]
+
+
+def test_fsdpv2_mlp_trains_as_on_one_device(report: dict[str, Any]) -> None:
+    np.testing.assert_allclose(report["fsdp_losses"], report["cpu_losses"], rtol=1e-5)
+    assert report["fsdp_specs"] == [
+        "{devices=[8,1]0,1,2,3,4,5,6,7}",
+        "{devices=[8]0,1,2,3,4,5,6,7}",
+        "{devices=[8,1]0,1,2,3,4,5,6,7}",
+        "{devices=[8]0,1,2,3,4,5,6,7}",
+    ]
+
+
+def test_mistakes_name_the_fix(report: dict[str, Any]) -> None:
+    errors = report["errors"]
+    assert "one entry per dimension" in errors["spec_length"]
+    assert "divisible" in errors["uneven"] and "(6, 4)" in errors["uneven"]
+    assert "'nope' does not exist" in errors["axis"] and "('data', 'model')" in errors["axis"]
+
+
+@pytest.mark.parametrize(
+    ("shape", "names", "partition", "expected"),
+    [
+        ((4,), ("x",), ("x", None), "{devices=[4,1]0,1,2,3}"),
+        ((2, 2), ("a", "b"), ("b", "a"), "{devices=[2,2]0,2,1,3}"),
+        (
+            (2, 4),
+            ("data", "model"),
+            ("data", None),
+            "{devices=[2,1,4]0,1,2,3,4,5,6,7 last_tile_dim_replicate}",
+        ),
+        ((2, 2), ("a", "b"), (None, None), "{replicated}"),
+        ((2, 2), ("a", "b"), (("a", "b"),), "{devices=[4]0,1,2,3}"),
+    ],
+)
+def test_spec_strings_follow_xla_tile_assignment(
+    shape: tuple[int, ...], names: tuple[str, ...], partition: tuple[Any, ...], expected: str
+) -> None:
+    ids = tuple(range(int(np.prod(shape))))
+    assert sharding.ShardingSpec(ids, shape, names, partition).hlo_string() == expected
+
+
+def test_mark_sharding_outside_spmd_mode_says_how_to_enable() -> None:
+    import xlalab.distributed.spmd as xs
+
+    if xs.is_spmd():
+        pytest.skip("another test of this process switched SPMD mode on")
+    mesh = xs.Mesh(np.arange(1), (1,), ("x",))
+    with pytest.raises(RuntimeError, match=r"use_spmd\(\)"):
+        xs.mark_sharding(torch.zeros(2, device="xla"), mesh, ("x",))

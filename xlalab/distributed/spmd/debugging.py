@@ -1,0 +1,66 @@
+"""Which device holds which block of a sharded tensor (``torch_xla.distributed.spmd.debugging``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...runtime import backend, sharding
+from .xla_sharding import sharding_of
+
+_COLORS = ("red", "green", "blue", "magenta", "cyan", "yellow", "bright_red", "bright_green",
+           "bright_blue", "bright_magenta", "bright_cyan", "bright_yellow")  # fmt: skip
+
+
+def block_devices(spec: sharding.ShardingSpec | None, ndim: int) -> np.ndarray:
+    """A grid of device-id lists: entry ``[i, j]`` holds the devices with block ``(i, j)`` of a
+    (at most 2-D) tensor. An unsharded tensor is one block on every device."""
+    if ndim > 2:
+        raise ValueError(
+            f"visualize_tensor_sharding draws 1-D and 2-D tensors; this one has {ndim} dimensions"
+        )
+    if spec is None or spec.is_replicated():
+        ids = list(spec.device_ids) if spec is not None else list(sharding.default_device_ids())
+        grid = np.empty((1, 1), dtype=object)
+        grid[0, 0] = ids
+        return grid
+    tiles, replicas = spec.tile_assignment()
+    tiles = tiles.reshape(*spec.tile_shape(), replicas)
+    shape = (1, *spec.tile_shape()) if ndim == 1 else spec.tile_shape()
+    if ndim == 0:
+        shape = (1, 1)
+    grid = np.empty(shape, dtype=object)
+    flat = tiles.reshape(-1, replicas)
+    for k, idx in enumerate(np.ndindex(*shape)):
+        grid[idx] = [int(d) for d in flat[k]]
+    return grid
+
+
+def visualize_sharding(spec: sharding.ShardingSpec | None, ndim: int, use_color: bool = True) -> Any:
+    """Print the block layout as a table (rich's, as torch_xla draws it) and return the table."""
+    import rich.box
+    import rich.console
+    import rich.table
+
+    grid = block_devices(spec, ndim)
+    kind = backend.hw_name()
+    table = rich.table.Table(show_header=False, show_lines=True, padding=(1, 2), box=rich.box.SQUARE)
+    for _ in range(grid.shape[1]):
+        table.add_column(justify="center")
+    for row in grid:
+        cells = []
+        for devices in row:
+            label = f"{kind} {','.join(map(str, devices))}"
+            color = _COLORS[devices[0] % len(_COLORS)] if use_color else ""
+            cells.append(f"[{color}]{label}[/{color}]" if color else label)
+        table.add_row(*cells)
+    console = rich.console.Console(no_color=not use_color, highlight=False)
+    console.print(table)
+    return table
+
+
+def visualize_tensor_sharding(t: torch.Tensor, use_color: bool = True) -> Any:
+    """Print which device holds which block of ``t`` (1-D or 2-D), and return the table."""
+    return visualize_sharding(sharding_of(t), t.dim(), use_color=use_color)

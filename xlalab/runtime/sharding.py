@@ -1,0 +1,279 @@
+"""SPMD sharding in the runtime: where a tensor's sharding is kept and how a compile uses it.
+
+In SPMD mode (``xr.use_spmd()``) every xla tensor lives on ``xla:0``, which stands for all the
+devices together (torch_xla's "virtual device"). The lazy graph stays the single-device graph;
+only its compile changes:
+
+* a device-data leaf carries its sharding in its JAX array (``mark_sharding`` re-lays the array
+  out as a ``NamedSharding``); leaves nobody sharded are replicated over the devices;
+* a storage with a sharding annotation keeps it across in-place updates: when its new value is a
+  root of a graph, the program pins that output to the annotation;
+* ``mark_sharding`` on a pending value records a ``xla::sharding_constraint`` node, lowered to
+  ``jax.lax.with_sharding_constraint``;
+* ``jax.jit`` then lets XLA's SPMD partitioner split the program, inserting the collectives.
+
+The cache key of an SPMD program includes its leaves' shardings and its pinned outputs, so a
+resharded input compiles a new program instead of failing in the old one.
+
+Outside SPMD mode nothing here runs beyond a flag test.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from . import backend, ir
+from .ir import Node
+
+if TYPE_CHECKING:
+    from .graph import Graph
+    from .tensor import Storage
+
+CONSTRAINT = "xla::sharding_constraint"
+
+# One axis entry of a partition spec: replicated (None), one mesh axis, or several.
+AxisEntry = str | tuple[str, ...] | None
+
+_enabled = [False]
+
+
+def enable() -> None:
+    """Switch SPMD mode on (``xr.use_spmd()``); there is no switching back in a process, as in
+    torch_xla: programs and data already placed assume it."""
+    _enabled[0] = True
+
+
+def enabled() -> bool:
+    return _enabled[0]
+
+
+@dataclass(frozen=True)
+class ShardingSpec:
+    """A sharding over a logical device mesh: hashable, so it can sit in IR nodes and cache keys.
+
+    ``device_ids`` are the mesh's xla device ordinals in mesh order (row-major over
+    ``mesh_shape``); ``partition`` names, for each tensor dimension, the mesh axes it is split
+    over (None: not split).
+    """
+
+    device_ids: tuple[int, ...]
+    mesh_shape: tuple[int, ...]
+    axis_names: tuple[str, ...]
+    partition: tuple[AxisEntry, ...]
+    _named: list[NamedSharding] = field(default_factory=list, compare=False, hash=False, repr=False)
+
+    def named_sharding(self) -> NamedSharding:
+        """The JAX sharding (one ``jax.sharding.Mesh`` per spec object, made on first use)."""
+        if not self._named:
+            self._named.append(NamedSharding(jax_mesh(self.device_ids, self.mesh_shape, self.axis_names),
+                                             PartitionSpec(*self.partition)))  # fmt: skip
+        return self._named[0]
+
+    def axis_size(self, entry: AxisEntry) -> int:
+        if entry is None:
+            return 1
+        names = (entry,) if isinstance(entry, str) else entry
+        return int(np.prod([self.mesh_shape[self.axis_names.index(a)] for a in names], dtype=np.int64))
+
+    def tile_shape(self) -> tuple[int, ...]:
+        """How many blocks each tensor dimension is cut into."""
+        return tuple(self.axis_size(e) for e in self.partition)
+
+    def is_replicated(self) -> bool:
+        return all(n == 1 for n in self.tile_shape())
+
+    def tile_assignment(self) -> tuple[np.ndarray, int]:
+        """The device ids laid out as XLA's tile assignment: one axis per tensor dimension, then
+        (if some mesh axes shard nothing) one axis of replicas; and that replica count."""
+        ids = np.asarray(self.device_ids).reshape(self.mesh_shape)
+        used: list[int] = []
+        for e in self.partition:
+            names = () if e is None else ((e,) if isinstance(e, str) else e)
+            used.extend(self.axis_names.index(a) for a in names)
+        rest = [i for i in range(len(self.mesh_shape)) if i not in used]
+        replicas = int(np.prod([self.mesh_shape[i] for i in rest], dtype=np.int64))
+        tiles = ids.transpose([*used, *rest]).reshape([*self.tile_shape(), replicas])
+        return tiles, replicas
+
+    def hlo_string(self) -> str:
+        """torch_xla's sharding spec string: ``{devices=[4,1]0,1,2,3}``, ``{replicated}``, or with
+        ``last_tile_dim_replicate`` for partial replication."""
+        if self.is_replicated():
+            return "{replicated}"
+        tiles, replicas = self.tile_assignment()
+        dims = list(self.tile_shape()) + ([replicas] if replicas > 1 else [])
+        devices = ",".join(str(int(d)) for d in tiles.reshape(-1))
+        suffix = " last_tile_dim_replicate" if replicas > 1 else ""
+        return f"{{devices=[{','.join(map(str, dims))}]{devices}{suffix}}}"
+
+
+_MESHES: dict[tuple[Any, ...], Mesh] = {}
+
+
+def jax_mesh(device_ids: Sequence[int], shape: Sequence[int], names: Sequence[str]) -> Mesh:
+    """The ``jax.sharding.Mesh`` over xla devices ``device_ids`` (one object per layout)."""
+    key = (tuple(device_ids), tuple(shape), tuple(names))
+    mesh = _MESHES.get(key)
+    if mesh is None:
+        devs = backend.jax_devices()
+        bad = [i for i in device_ids if not 0 <= i < len(devs)]
+        if bad:
+            raise ValueError(
+                f"the mesh names device ids {bad}, but there are {len(devs)} xla devices "
+                f"(0..{len(devs) - 1}); set XLA_NUM_DEVICES before start for more CPU devices"
+            )
+        grid = np.array([devs[i] for i in device_ids], dtype=object).reshape(tuple(shape))
+        mesh = _MESHES[key] = Mesh(grid, tuple(names))
+    return mesh
+
+
+def replicated_spec(device_ids: Sequence[int] | None = None) -> ShardingSpec:
+    ids = tuple(range(backend.device_count())) if device_ids is None else tuple(device_ids)
+    return ShardingSpec(ids, (len(ids),), ("_all",), ())
+
+
+# --------------------------------------------------------------------------- annotations
+
+# Storage -> the sharding its value keeps (across in-place updates), while the storage lives.
+_annotations: weakref.WeakKeyDictionary[Storage, ShardingSpec] = weakref.WeakKeyDictionary()
+
+
+def annotate(st: Storage, spec: ShardingSpec) -> None:
+    _annotations[st] = spec
+
+
+def annotation(st: Storage) -> ShardingSpec | None:
+    return _annotations.get(st)
+
+
+def clear(st: Storage) -> None:
+    _annotations.pop(st, None)
+
+
+def constraint(node: Node, spec: ShardingSpec) -> Node:
+    """``node`` constrained to ``spec`` (an identity the partitioner must honour)."""
+    return Node(CONSTRAINT, (node,), spec, node.shape, node.dtype, node.device)
+
+
+def lower_constraint(vals: list[Any], spec: ShardingSpec, shape: Any, dtype: Any) -> Any:
+    return jax.lax.with_sharding_constraint(vals[0], spec.named_sharding())
+
+
+def spec_of_array(array: Any) -> ShardingSpec | None:
+    """The spec of a device array's sharding, when it is a ``NamedSharding`` over xla devices."""
+    sharding = getattr(array, "sharding", None)
+    if not isinstance(sharding, NamedSharding):
+        return None
+    index = {d: i for i, d in enumerate(backend.jax_devices())}
+    mesh = sharding.mesh
+    ids = tuple(index[d] for d in mesh.devices.reshape(-1))
+    partition = tuple(sharding.spec) + (None,) * (np.ndim(array) - len(sharding.spec))
+    return ShardingSpec(ids, tuple(mesh.devices.shape), tuple(map(str, mesh.axis_names)), partition)
+
+
+def place(array: Any, spec: ShardingSpec) -> Any:
+    """``array`` laid out across the devices as ``spec`` says."""
+    return jax.device_put(array, spec.named_sharding())
+
+
+# --------------------------------------------------------------------------- compiling
+
+
+def _program_mesh(graph: Graph, datas: Sequence[Any], roots: Sequence[ShardingSpec | None]) -> Mesh:
+    """The mesh an SPMD program runs over: that of its first sharded leaf, constraint or pinned
+    output; else the global mesh; else all devices in order. Its unsharded leaves are replicated
+    over this mesh: JAX names the partitioner's output shardings over the first input's mesh."""
+    for a in datas:
+        sharding = getattr(a, "sharding", None)
+        if isinstance(sharding, NamedSharding) and not sharding.is_fully_replicated:
+            return _concrete(sharding)
+    for n in graph.nodes:
+        if n.op is CONSTRAINT:
+            return _concrete(n.arg.named_sharding())
+    for s in roots:
+        if s is not None:
+            return _concrete(s.named_sharding())
+    return _concrete(replicated_spec(default_device_ids()).named_sharding())
+
+
+def _concrete(named: NamedSharding) -> Mesh:
+    mesh = named.mesh
+    assert isinstance(mesh, Mesh)  # the shardings here are made over device meshes
+    return mesh
+
+
+# Set by xlalab.distributed.spmd.set_global_mesh: the device order of programs with no sharding.
+_global_ids: list[tuple[int, ...]] = []
+
+
+def default_device_ids() -> tuple[int, ...]:
+    return _global_ids[0] if _global_ids else tuple(range(backend.device_count()))
+
+
+def _device_ids(s: Any) -> list[int]:
+    """A sharding's devices in its order (a program's shardings must all agree on it)."""
+    return [int(d.id) for d in s._device_assignment]
+
+
+def place_inputs(graph: Graph, datas: list[Any], scalars: Any) -> tuple[list[Any], Any]:
+    """In SPMD mode: the data leaves and scalars all laid out over the program's mesh (an
+    unsharded leaf is replicated, and its node keeps the replicated array for later steps)."""
+    if not _enabled[0]:
+        return datas, scalars
+    mesh = _program_mesh(graph, datas, root_specs(graph))
+    replicated = NamedSharding(mesh, PartitionSpec())
+    order = _device_ids(replicated)
+    leaves = [n for n in graph.nodes if n.op is ir.DATA]
+    placed = []
+    for n, a in zip(leaves, datas):
+        sharding = getattr(a, "sharding", None)
+        on_mesh = isinstance(sharding, NamedSharding) and sharding.mesh == mesh
+        if not on_mesh:
+            if sharding is not None and not sharding.is_fully_replicated:
+                devices = _device_ids(sharding)
+                if devices != order:
+                    raise ValueError(
+                        f"a {n.shape} input is sharded over devices {devices}, but this graph "
+                        f"runs over devices {order}: shard every tensor of "
+                        "one program over meshes with the same device order (one global mesh)"
+                    )
+            else:
+                a = jax.device_put(a, replicated)
+                n.value = a  # later steps find it replicated already
+        placed.append(a)
+    return placed, jax.device_put(scalars, replicated)
+
+
+def root_specs(graph: Graph) -> list[ShardingSpec | None]:
+    """For each root, the annotation of a storage whose value it is (None: the partitioner
+    chooses)."""
+    if not _annotations:
+        return [None] * len(graph.roots)
+    by_node = {id(st.node): spec for st, spec in _annotations.items()}
+    return [by_node.get(id(graph.nodes[r])) for r in graph.roots]
+
+
+def cache_key(graph: Graph, datas: Sequence[Any]) -> tuple[Any, ...] | None:
+    """What besides the graph an SPMD program depends on: its leaves' and pinned outputs'
+    shardings (None outside SPMD mode)."""
+    if not _enabled[0]:
+        return None
+    return (tuple(getattr(a, "sharding", None) for a in datas), tuple(root_specs(graph)))
+
+
+def jit_options(graph: Graph) -> dict[str, Any]:
+    """``jax.jit`` options of a graph: in SPMD mode, its annotated roots pinned to their
+    shardings as ``out_shardings`` (the partitioner chooses the others)."""
+    if not _enabled[0]:
+        return {}
+    specs = root_specs(graph)
+    if not any(specs):
+        return {}
+    return {"out_shardings": [None if s is None else s.named_sharding() for s in specs]}
