@@ -1,4 +1,4 @@
-"""The seeds' DataParallel on 4 CPU devices, checked as issue 6 says it will be.
+"""The seeds' DataParallel on 4 CPU devices.
 
 The device count is fixed per process, so the 4-device checks run in one subprocess started
 with XLA_NUM_DEVICES=4 (the seeds' train_loop_fn, a one-device reference on the 4x batch,
