@@ -101,6 +101,7 @@ def constrained_sum() -> torch.Tensor:
     h = (xa @ xa.T).reshape(64)
     xs.mark_sharding(h, mesh, (("data", "model"),))
     out["spec_intermediate"] = xs.get_sharding_spec(h)
+    out["ir_text"] = torch_xla._XLAC._get_xla_tensors_text([h])
     return (h * 3).sum()
 
 
@@ -122,6 +123,71 @@ out["table"] = buf.getvalue()
 fsdp_mesh = xs.Mesh(np.arange(8), (8, 1), ("fsdp", "model"))
 out["fsdp_losses"], fsdp_model = train("xla", wrap=lambda m: xs.SpmdFullyShardedDataParallel(m, fsdp_mesh))
 out["fsdp_specs"] = [xs.get_sharding_spec(p) for p in fsdp_model.parameters()]
+
+
+# mark_sharding_with_gradients on an activation, inside a training step.
+class Constrained(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = mlp()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inner[1](self.inner[0](x))
+        if h.device.type == "xla":
+            h = xs.mark_sharding_with_gradients(h, mesh, ("data", "model"))
+        return self.inner[2](h)
+
+
+out["grad_constrained_losses"], _ = train("xla", wrap=lambda m: Constrained().to("xla"))
+
+# The DTensor-style entry points and the other meshes.
+from torch.distributed.tensor import Replicate, Shard  # noqa: E402
+
+dist = xs.xla_distribute_tensor(torch.arange(32.0).reshape(8, 4), mesh, [Shard(0), Replicate()])
+out["distribute_tensor_spec"] = dist.sharding_spec
+out["distribute_tensor_sum"] = dist.global_tensor.sum().item()
+
+
+def partition(name: str, module: torch.nn.Module, m: xs.Mesh) -> None:
+    if isinstance(module, torch.nn.Linear):
+        xs.mark_sharding(module.weight, m, ("model", None) if module.out_features % 4 == 0 else (None, None))
+
+
+out["distribute_module_losses"], dm = train(
+    "xla", wrap=lambda m: xs.xla_distribute_module(m, mesh, partition)
+)
+out["distribute_module_spec"] = xs.get_sharding_spec(dm[0].weight)
+out["hybrid_ids"] = xs.HybridMesh(ici_mesh_shape=(2, 2), dcn_mesh_shape=(2, 1)).get_logical_mesh().tolist()
+xs.set_global_mesh(xs.get_1d_mesh("fsdp"))
+out["global_mesh"] = repr(xs.get_global_mesh())
+
+# FSDPv2 on a small GPT-2 from transformers, against the same model in eager on the CPU.
+from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+
+
+def gpt_losses(device: str) -> list[float]:
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=16, bos_token_id=0,
+                     eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)  # fmt: skip
+    model: torch.nn.Module = GPT2LMHeadModel(cfg)
+    if device == "xla":
+        model = xs.SpmdFullyShardedDataParallel(model)  # over the global mesh's 'fsdp' axis
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ids = torch.randint(0, 64, (8, 8), generator=torch.Generator().manual_seed(2)).to(device)
+    losses = []
+    for _ in range(2):
+        opt.zero_grad()
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        if device == "xla":
+            torch_xla.sync()
+        losses.append(loss.item())
+    return losses
+
+
+out["gpt_cpu_losses"] = gpt_losses("cpu")
+out["gpt_fsdp_losses"] = gpt_losses("xla")
 
 # Mistakes name the fix.
 errors = {}

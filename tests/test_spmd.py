@@ -64,6 +64,7 @@ def test_mark_sharding_on_intermediate_is_a_constraint(report: dict[str, Any]) -
     assert report["spec_intermediate"] == "{devices=[8]0,1,2,3,4,5,6,7}"
     assert report["intermediate_close"]
     assert report["constraint_in_hlo"]
+    assert "xla::custom_sharding(%" in report["ir_text"]
 
 
 def test_visualize_tensor_sharding_table(report: dict[str, Any]) -> None:
@@ -80,6 +81,28 @@ def test_fsdpv2_mlp_trains_as_on_one_device(report: dict[str, Any]) -> None:
         "{devices=[8,1]0,1,2,3,4,5,6,7}",
         "{devices=[8]0,1,2,3,4,5,6,7}",
     ]
+
+
+def test_mark_sharding_with_gradients_trains_as_on_one_device(report: dict[str, Any]) -> None:
+    np.testing.assert_allclose(report["grad_constrained_losses"], report["cpu_losses"], rtol=1e-5)
+
+
+def test_xla_distribute_tensor_and_module(report: dict[str, Any]) -> None:
+    # Shard(0) over the mesh's first axis ('data', 2 ways), replicated over 'model' (4 ways).
+    assert report["distribute_tensor_spec"] == "{devices=[2,1,4]0,1,2,3,4,5,6,7 last_tile_dim_replicate}"
+    assert report["distribute_tensor_sum"] == 496.0
+    np.testing.assert_allclose(report["distribute_module_losses"], report["cpu_losses"], rtol=1e-5)
+    assert report["distribute_module_spec"] == "{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}"
+
+
+def test_hybrid_and_global_meshes(report: dict[str, Any]) -> None:
+    assert report["hybrid_ids"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    ids = list(range(8))
+    assert report["global_mesh"] == f"Mesh(device_ids={ids}, mesh_shape=(8,), axis_names=('fsdp',))"
+
+
+def test_fsdpv2_small_gpt2_trains_as_on_one_device(report: dict[str, Any]) -> None:
+    np.testing.assert_allclose(report["gpt_fsdp_losses"], report["gpt_cpu_losses"], rtol=1e-5)
 
 
 def test_mistakes_name_the_fix(report: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ only its compile changes:
   out as a ``NamedSharding``); leaves nobody sharded are replicated over the devices;
 * a storage with a sharding annotation keeps it across in-place updates: when its new value is a
   root of a graph, the program pins that output to the annotation;
-* ``mark_sharding`` on a pending value records a ``xla::sharding_constraint`` node, lowered to
+* ``mark_sharding`` on a pending value records a ``xla::custom_sharding`` node, lowered to
   ``jax.lax.with_sharding_constraint``;
 * ``jax.jit`` then lets XLA's SPMD partitioner split the program, inserting the collectives.
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .graph import Graph
     from .tensor import Storage
 
-CONSTRAINT = "xla::sharding_constraint"
+CONSTRAINT = "xla::custom_sharding"  # torch_xla's name for mark_sharding on a pending value
 
 # One axis entry of a partition spec: replicated (None), one mesh axis, or several.
 AxisEntry = str | tuple[str, ...] | None
@@ -164,6 +164,18 @@ def constraint(node: Node, spec: ShardingSpec) -> Node:
 
 def lower_constraint(vals: list[Any], spec: ShardingSpec, shape: Any, dtype: Any) -> Any:
     return jax.lax.with_sharding_constraint(vals[0], spec.named_sharding())
+
+
+def node_sharding(n: Node) -> str | None:
+    """The sharding a node's value has, as torch_xla's spec string, for graph dumps: a
+    constraint's, or a device-data leaf's when it is split over several devices (else None)."""
+    if n.op is CONSTRAINT:
+        return n.arg.hlo_string()  # type: ignore[no-any-return]
+    if n.op is ir.DATA and _enabled[0]:
+        spec = spec_of_array(n.value)
+        if spec is not None and not spec.is_replicated():
+            return spec.hlo_string()
+    return None
 
 
 def spec_of_array(array: Any) -> ShardingSpec | None:
