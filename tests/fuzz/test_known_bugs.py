@@ -165,3 +165,14 @@ def test_abs_gradient_at_nan_is_nan_through_a_chain() -> None:
         return (x.grad,)
 
     _assert_same(program, rtol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # eager's warning about std of no elements
+def test_exp_of_a_nan_known_at_compile_time_is_nan() -> None:
+    # std of an empty tensor is 0/0, which XLA folds to a NaN constant; XLA's CPU exp turned
+    # that into an arbitrary number (softmax, exp, sinh and cosh all go through exp).
+    def program(d: torch.device) -> tuple[torch.Tensor, ...]:
+        nan = torch.std(torch.empty(0, device=d), dim=0) + 0.5
+        return torch.exp(nan), torch.softmax(nan, 0), torch.sinh(nan), torch.cosh(nan), torch.exp2(nan)
+
+    _assert_same(program)

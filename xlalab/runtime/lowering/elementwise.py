@@ -60,7 +60,6 @@ def refuse_bool(name: str, *xs: Array | Scalar) -> None:
         raise NotImplementedError(f'"{name}" is not implemented for bool tensors (eager PyTorch refuses it)')
 
 
-
 def integral_scalar(s: Scalar, x: Array) -> Scalar:
     """A Scalar as torch's integer kernels see it: truncated to ``x``'s integer dtype.
 
@@ -404,6 +403,24 @@ def _isneginf(x: Array) -> Array:
 # --- unary math ---------------------------------------------------------------------
 
 
+def nan_through(fn: Any) -> Any:
+    """``fn`` made to return NaN for NaN, whatever XLA's CPU backend proves at compile time.
+
+    XLA on CPU computes exp (and exp2, sinh, cosh, built on it) from a NaN known at
+    compile time (0/0 of an empty mean, folded) as an arbitrary number: LLVM folds the
+    float-to-int step of its exp routine to an undefined value. Selecting the NaN itself
+    keeps it (torch: exp(NaN) is NaN).
+    """
+
+    def guarded(x: Array) -> Array:
+        return jnp.where(jnp.isnan(x), x, fn(x))
+
+    return guarded
+
+
+safe_exp = nan_through(jnp.exp)
+
+
 def log_exact(x: Array) -> Array:
     """``log(x)`` that XLA cannot fold into its producer.
 
@@ -418,8 +435,8 @@ def log_exact(x: Array) -> Array:
 # ~40 one-line lowerings readable; each entry is still one registration per overload.
 _UNARY: dict[Any, Any] = {
     aten.abs.default: jnp.abs,
-    aten.exp.default: jnp.exp,
-    aten.exp2.default: jnp.exp2,
+    aten.exp.default: safe_exp,
+    aten.exp2.default: nan_through(jnp.exp2),
     aten.expm1.default: jnp.expm1,
     aten.log.default: log_exact,
     aten.log2.default: jnp.log2,
@@ -433,8 +450,8 @@ _UNARY: dict[Any, Any] = {
     aten.asin.default: jnp.arcsin,
     aten.acos.default: jnp.arccos,
     aten.atan.default: jnp.arctan,
-    aten.sinh.default: jnp.sinh,
-    aten.cosh.default: jnp.cosh,
+    aten.sinh.default: nan_through(jnp.sinh),
+    aten.cosh.default: nan_through(jnp.cosh),
     aten.tanh.default: jnp.tanh,
     aten.asinh.default: jnp.arcsinh,
     aten.acosh.default: jnp.arccosh,

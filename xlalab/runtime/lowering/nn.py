@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from xlalab.runtime.lowering.elementwise import HALF, Scalar, compute_float
+from xlalab.runtime.lowering.elementwise import HALF, Scalar, compute_float, safe_exp
 from xlalab.runtime.lowering.reductions import axes
 from xlalab.runtime.lowering.registry import lowering
 
@@ -687,7 +687,7 @@ def _exp_sum(x: Array, shifted: Array, ax: tuple[int, ...] | None, half_to_float
     along other dims it stays float32. Doing the same gives eager's bits, not just its
     precision.
     """
-    total = jnp.sum(jnp.exp(shifted), axis=ax, keepdims=True)
+    total = jnp.sum(safe_exp(shifted), axis=ax, keepdims=True)
     last = x.ndim <= 1 or ax == (x.ndim - 1,)
     if x.dtype in (jnp.float16, jnp.bfloat16) and last and not half_to_float:
         total = total.astype(x.dtype).astype(total.dtype)
@@ -700,7 +700,7 @@ def _softmax(x: Array, dim: int, half_to_float: bool = False) -> Array:
         return x.astype(_out_dtype(x, half_to_float))
     xf, ax = compute_float(x), axes(x, dim)
     shifted = xf - jnp.max(xf, axis=ax, keepdims=True)
-    return (jnp.exp(shifted) / _exp_sum(x, shifted, ax, half_to_float)).astype(_out_dtype(x, half_to_float))
+    return (safe_exp(shifted) / _exp_sum(x, shifted, ax, half_to_float)).astype(_out_dtype(x, half_to_float))
 
 
 @lowering(aten._log_softmax.default)
@@ -724,7 +724,7 @@ def _log_softmax_backward_data(
     grad_output: Array, output: Array, dim: int, input_dtype: torch.dtype
 ) -> Array:
     g, y = compute_float(grad_output), compute_float(output)
-    return (g - jnp.exp(y) * jnp.sum(g, axis=axes(y, dim), keepdims=True)).astype(grad_output.dtype)
+    return (g - safe_exp(y) * jnp.sum(g, axis=axes(y, dim), keepdims=True)).astype(grad_output.dtype)
 
 
 # --- losses -------------------------------------------------------------------------
@@ -835,7 +835,7 @@ def _binary_cross_entropy_with_logits(
     x: Array, target: Array, weight: Array | None = None, pos_weight: Array | None = None, reduction: int = 1
 ) -> Array:
     # softplus(-x) written so that neither exp overflows: log1p(exp(-|x|)) + max(-x, 0).
-    softplus_neg = jnp.log1p(jnp.exp(-jnp.abs(x))) + jnp.maximum(-x, 0)
+    softplus_neg = jnp.log1p(safe_exp(-jnp.abs(x))) + jnp.maximum(-x, 0)
     log_weight = 1 if pos_weight is None else (pos_weight - 1) * target + 1
     loss = (1 - target) * x + log_weight * softplus_neg
     return _reduce_loss(loss if weight is None else loss * weight, reduction)
@@ -977,7 +977,7 @@ def _gelu_backward(grad_output: Array, x: Array, approximate: str = "none") -> A
         out = g * (0.5 * (1 + t) + 0.5 * xf * (1 - t * t) * d_inner)
     else:
         cdf = 0.5 * (1 + lax.erf(xf * _SQRT1_2))
-        pdf = jnp.exp(-0.5 * xf * xf) * _GELU_PDF
+        pdf = safe_exp(-0.5 * xf * xf) * _GELU_PDF
         out = g * (cdf + xf * pdf)
     return out.astype(grad_output.dtype)
 
@@ -985,13 +985,13 @@ def _gelu_backward(grad_output: Array, x: Array, approximate: str = "none") -> A
 @lowering(aten.silu.default)
 def _silu(x: Array) -> Array:
     xf = compute_float(x)
-    return (xf / (1 + jnp.exp(-xf))).astype(x.dtype)
+    return (xf / (1 + safe_exp(-xf))).astype(x.dtype)
 
 
 @lowering(aten.silu_backward.default)
 def _silu_backward(grad_output: Array, x: Array) -> Array:
     xf, g = compute_float(x), compute_float(grad_output)
-    sig = 1 / (1 + jnp.exp(-xf))
+    sig = 1 / (1 + safe_exp(-xf))
     return (g * sig * (1 + xf * (1 - sig))).astype(grad_output.dtype)
 
 
@@ -1069,19 +1069,19 @@ def _elu_backward(
     if is_result:  # y = neg_coef * (exp(x * input_scale) - 1) where x <= 0
         neg = grad_output * input_scale * (y + neg_coef)
     else:
-        neg = grad_output * input_scale * neg_coef * jnp.exp(y * input_scale)
+        neg = grad_output * input_scale * neg_coef * safe_exp(y * input_scale)
     return jnp.where(y <= 0, neg, grad_output * scale)
 
 
 @lowering(aten.softplus.default)
 def _softplus(x: Array, beta: Scalar = 1, threshold: Scalar = 20) -> Array:
     # Above the threshold softplus is linear; torch returns x itself there.
-    return jnp.where(x * beta > threshold, x, jnp.log1p(jnp.exp(x * beta)) / beta)
+    return jnp.where(x * beta > threshold, x, jnp.log1p(safe_exp(x * beta)) / beta)
 
 
 @lowering(aten.softplus_backward.default)
 def _softplus_backward(grad_output: Array, x: Array, beta: Scalar, threshold: Scalar) -> Array:
-    z = jnp.exp(x * beta)
+    z = safe_exp(x * beta)
     return jnp.where(x * beta > threshold, grad_output, grad_output * z / (z + 1))
 
 
@@ -1110,7 +1110,7 @@ def _hardswish_backward(grad_output: Array, x: Array) -> Array:
 def _log_sigmoid_forward(x: Array) -> tuple[Array, Array]:
     # log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)); the buffer is exp(-|x|), as torch's
     # CPU kernel saves it (our backward does not need it, so XLA usually drops it).
-    buffer = jnp.exp(-jnp.abs(x))
+    buffer = safe_exp(-jnp.abs(x))
     return jnp.minimum(x, 0) - jnp.log1p(buffer), buffer
 
 

@@ -20,7 +20,7 @@ import torch
 from jax import lax
 
 from xlalab.runtime.dtypes import to_jnp
-from xlalab.runtime.lowering.elementwise import compute_float, is_integral, log_exact
+from xlalab.runtime.lowering.elementwise import compute_float, is_integral, log_exact, safe_exp
 from xlalab.runtime.lowering.registry import lowering
 
 prims = torch.ops.prims
@@ -38,7 +38,7 @@ def _float_math(fn: Callable[[Array], Array]) -> Callable[[Array], Array]:
 _UNARY: dict[str, Callable[[Array], Array]] = {
     "neg": jnp.negative,
     "abs": jnp.abs,
-    "exp": _float_math(jnp.exp),
+    "exp": _float_math(safe_exp),
     "expm1": _float_math(jnp.expm1),
     "log": _float_math(log_exact),
     "log1p": _float_math(jnp.log1p),
