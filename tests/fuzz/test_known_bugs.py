@@ -152,6 +152,15 @@ def test_xla_refuses_what_eager_refuses(name: str) -> None:
         [o.cpu() for o in out]  # type: ignore[union-attr]
 
 
+def test_bools_promoted_by_a_number_still_divide() -> None:
+    def program(d: torch.device) -> tuple[torch.Tensor, ...]:
+        b = torch.tensor([True, False], device=d)
+        x = torch.tensor([2.0, -3.0], device=d)
+        return torch.div(torch.tensor(False, device=d), x, rounding_mode="floor"), torch.fmod(b, 2), b // 2
+
+    _assert_same(program)
+
+
 def test_max_over_a_dim_of_bools_still_works() -> None:
     _assert_same(lambda d: torch.max(torch.tensor([[True, False], [False, False]], device=d), dim=1))
 

@@ -56,7 +56,8 @@ def refuse_bool(name: str, *xs: Array | Scalar) -> None:
     Without this XLA would compute a value where eager PyTorch raises; a program must not
     depend on which device it ran on to learn that it is wrong.
     """
-    if any(isinstance(x, jax.Array) and x.dtype == jnp.bool_ for x in xs):
+    # (only when the op computes in bool: a bool operand promoted by a number is fine)
+    if jnp.result_type(*xs) == jnp.bool_:
         raise NotImplementedError(f'"{name}" is not implemented for bool tensors (eager PyTorch refuses it)')
 
 
