@@ -74,11 +74,15 @@ class Graph:
 def linearize(roots: Sequence[Node], failed_ok: bool = False) -> Graph:
     """The roots' graph in post-order, with its exact cache key.
 
+    The key is flat: each node's sid, then the positions of its operands (a sid fixes how many).
+    Leaves are placed when first met as an operand, without a trip through the stack: half the
+    nodes of a typical graph are leaves (device data, scalar inputs).
     A failed value (``ir.ERROR``) among the nodes raises ``FailedValueError`` unless ``failed_ok``.
     """
     index: dict[int, int] = {}
     nodes: list[Node] = []
-    key: list[Any] = []
+    key: list[int] = []
+    error = ir.ERROR
     for root in roots:
         if id(root) in index:
             continue
@@ -91,12 +95,17 @@ def linearize(roots: Sequence[Node], failed_ok: bool = False) -> Graph:
             ready = True
             for s in n.src:
                 if id(s) not in index:
-                    stack.append(s)
-                    ready = False
+                    if not s.src and s.op is not error:
+                        index[id(s)] = len(nodes)
+                        nodes.append(s)
+                        key.append(s.sid)
+                    else:
+                        stack.append(s)
+                        ready = False
             if not ready:
                 continue
             stack.pop()
-            if n.op is ir.ERROR and not failed_ok:
+            if n.op is error and not failed_ok:
                 failed = FailedValueError(f"this tensor's value could not be computed: {n.value}")
                 failed.node_index = len(nodes)
                 raise failed from n.value
@@ -104,9 +113,10 @@ def linearize(roots: Sequence[Node], failed_ok: bool = False) -> Graph:
             nodes.append(n)
             key.append(n.sid)
             if n.src:
-                key.append(tuple([index[id(s)] for s in n.src]))
+                key.extend([index[id(s)] for s in n.src])
     root_pos = [index[id(r)] for r in roots]
-    key.append(tuple(root_pos))
+    key.append(-1)  # no sid is negative: the roots follow
+    key.extend(root_pos)
     key.append(roots[0].device if roots else 0)
     return Graph(tuple(key), nodes, root_pos)
 

@@ -44,11 +44,18 @@ class Storage:
         self.device = device
         self.serial = next(_serials)
         # One weak reference per storage: it keys the pending set and counts deaths.
-        self.ref = weakref.ref(self, _on_storage_death)
+        self.ref = _StorageRef(self, _on_storage_death)
+        self.ref.serial = self.serial
         counters = metrics.COUNTERS
         counters["CreateXlaTensor"] = counters.get("CreateXlaTensor", 0) + 1
         if node.op is not ir.DATA and node.op is not ir.ERROR:
             _pending[self.serial] = self.ref
+
+
+class _StorageRef(weakref.ref):  # type: ignore[type-arg]
+    """A storage's weak reference, carrying its serial so that its death leaves the pending set."""
+
+    __slots__ = ("serial",)
 
 
 _serials = itertools.count()
@@ -56,10 +63,14 @@ _serials = itertools.count()
 _pending: dict[int, weakref.ref[Storage]] = {}
 
 
-def _on_storage_death(ref: weakref.ref[Storage], _counters: dict[str, int] = metrics.COUNTERS) -> None:
-    # The counter dict is bound at definition (and cleared in place by clear_counters):
-    # finalizers still run at interpreter exit, after module globals are gone.
+def _on_storage_death(
+    ref: _StorageRef, _counters: dict[str, int] = metrics.COUNTERS, _pending: dict[int, Any] = _pending
+) -> None:
+    # Both dicts are bound at definition (and cleared in place): finalizers still run at
+    # interpreter exit, after module globals are gone. A pending value nobody holds is dropped
+    # at once, so a long chain of temporaries leaves nothing for the next sync to sift through.
     _counters["DestroyXlaTensor"] = _counters.get("DestroyXlaTensor", 0) + 1
+    _pending.pop(ref.serial, None)
 
 
 def set_node(st: Storage, node: Node) -> None:
@@ -84,9 +95,6 @@ def pending_storages(device: int | None = None) -> list[Storage]:
 def forget_pending(storages: list[Storage]) -> None:
     for st in storages:
         _pending.pop(st.serial, None)
-    # Drop entries of storages that died while pending.
-    for serial in [s for s, r in _pending.items() if r() is None]:
-        del _pending[serial]
 
 
 # --------------------------------------------------------------------------- the tensor
