@@ -534,3 +534,9 @@ def test_compile_max_different_graphs(dev: torch.device) -> None:
     double(torch.ones(3, device=dev))  # the same graph again
     with pytest.raises(torch_xla.GraphBreakError, match="traced 2 different graphs"):
         double(torch.ones(5, device=dev))
+
+
+def test_xlac_sharding_spec_of_an_unsharded_tensor(dev: torch.device) -> None:
+    from xlalab.core import xlac
+
+    assert xlac._get_xla_sharding_spec(torch.ones(2, device=dev)) == ""

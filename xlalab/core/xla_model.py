@@ -332,7 +332,8 @@ def send_cpu_data_to_device(data: Any, device: Any, input_sharding: Any = None) 
 
     if input_sharding is not None:
         raise NotImplementedError(
-            "send_cpu_data_to_device(input_sharding=...): xlalab has no SPMD sharding; leave it None"
+            "send_cpu_data_to_device(input_sharding=...) is not supported: move the data, then shard "
+            "it with torch_xla.distributed.spmd.mark_sharding (docs/spmd.md)"
         )
     index = torch.device(device).index or 0
 

@@ -167,6 +167,13 @@ def _get_stablehlo(
     return _xm.get_stablehlo(list(tensors)).encode()
 
 
+def _get_xla_sharding_spec(tensor: torch.Tensor) -> str:
+    """The tensor's sharding in torch_xla's spec string (``{devices=[4,1]0,1,2,3}``), ``""`` if none."""
+    from ..distributed.spmd.xla_sharding import get_sharding_spec
+
+    return get_sharding_spec(tensor)
+
+
 def __getattr__(name: str) -> Any:
     # Graph helpers added to graph_dump later (stablehlo, graph hashes) resolve by name.
     if name.startswith("_get_"):
