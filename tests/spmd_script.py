@@ -21,6 +21,7 @@ import torch_xla.distributed.spmd as xs  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
 from torch_xla.distributed.spmd.debugging import visualize_tensor_sharding  # noqa: E402
 
+from xlalab.distributed.spmd.collectives import program_collectives  # noqa: E402
 from xlalab.runtime import graph, metrics  # noqa: E402
 
 out: dict[str, Any] = {}
@@ -75,6 +76,9 @@ out["cpu_losses"], _ = train("cpu")
 metrics.clear_counters()
 out["spmd_losses"], model = train("xla", shard_2d)
 out["compiles"] = metrics.counter_value("UncachedCompile")
+out["mlp_collectives"] = [
+    [c.kind, c.op_name, c.nbytes] for p in graph.CACHE.values() for c in program_collectives(p)
+]
 w = model[0].weight
 out["w_spec_after_training"] = torch_xla._XLAC._get_xla_sharding_spec(w) if hasattr(
     torch_xla._XLAC, "_get_xla_sharding_spec") else xs.get_sharding_spec(w)  # fmt: skip
@@ -204,4 +208,5 @@ try:
 except ValueError as e:
     errors["axis"] = str(e)
 out["errors"] = errors
+graph.wait_device_ops()
 json.dump(out, sys.stdout)

@@ -45,6 +45,15 @@ def test_2d_data_model_sharded_mlp_trains_as_on_one_device(report: dict[str, Any
     assert report["compiles"] <= 2
 
 
+def test_collectives_the_partitioner_inserted_are_listed_with_their_ops(report: dict[str, Any]) -> None:
+    found = report["mlp_collectives"]
+    # The second layer's weight is split over 'model' along its input features: each device
+    # holds a partial product of addmm, summed by an all-reduce over the 'model' groups.
+    assert any(kind == "all-reduce" and "aten__addmm" in op and size > 0 for kind, op, size in found), found
+    assert {kind for kind, _, _ in found} <= {"all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                                             "collective-permute"}  # fmt: skip
+
+
 def test_parameters_stay_sharded_across_optimizer_steps(report: dict[str, Any]) -> None:
     # (32, 16) weight split 4 ways on rows over 'model', replicated over 'data' (2 ways).
     assert report["w_spec_after_training"] == "{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}"
