@@ -33,6 +33,7 @@ PLAIN = [
 
 # 2. Compile, hit the cache, recompile on a new batch size.
 RECOMPILE_LINE = "loss = step(7)  # batch 7: a new input shape"
+INPUT_LINE = "x = torch.randn(batch, 4).to(dev)"  # makes the input whose shape changes
 COMPILE_RECOMPILE = [
     LOAD,
     SETUP
@@ -43,7 +44,9 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
 
 def step(batch):
-    x = torch.randn(batch, 4).to(dev)
+    """
+    + INPUT_LINE
+    + """
     opt.zero_grad()
     loss = model(x).pow(2).mean()
     loss.backward()
@@ -53,9 +56,9 @@ def step(batch):
     "step(8)\nloss = step(8)",
     "# the same step, one sample fewer\n" + RECOMPILE_LINE,
     "import jax\n\nprint(jax.config.jax_compilation_cache_dir)  # what the panel's Compile cache row says",
+    "loss = step(6)  # the same line recompiles again: one more shape",
 ]
-RECOMPILE_CELL = 3
-CACHE_DIR_CELL = 4
+MODEL_CELL, RECOMPILE_CELL, CACHE_DIR_CELL, RECOMPILE_AGAIN_CELL = 1, 3, 4, 5
 
 # 3. A CPU fallback, and an .item() inside a training loop's step.
 ITEM_LINE = "value = loss.item()  # reads a pending value before the step's end"
