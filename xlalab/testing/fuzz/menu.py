@@ -70,6 +70,10 @@ READS_SIGN_OF_ZERO = frozenset(
      "copysign", "signbit", "pow", "xlogy"}
 )  # fmt: skip
 
+# Ops that pick one of several equal values in no specified order (their gradients then
+# land on different elements): never drawn on tied values that require grad.
+TIES_UNSPECIFIED = frozenset({"topk", "topk_indices"})
+
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 Picked = tuple[tuple[int, ...], dict[str, Any]]
 

@@ -21,7 +21,7 @@ from .program import Input, Program, Step, input_line, loss_line
 PROBE = torch.device("cpu")
 # Errors eager raises that XLA cannot raise, by design (see docs/fuzzing.md): a program
 # never ends on purpose with one of these.
-UNMATCHABLE_ERRORS = ("ZeroDivisionError",)
+UNMATCHABLE_ERRORS = ("ZeroDivisionError", "UnspecifiedTies")
 
 SHAPES: tuple[tuple[int, ...], ...] = (
     (3,),
@@ -117,6 +117,9 @@ class Probe:
         """Run one step; False (and nothing recorded) when eager rejects it."""
         n = len(self.tensors)
         outs = [f"v{n + j}" for j in range(op.n_out)]
+        if op.name in menu.TIES_UNSPECIFIED and _ties_reach_gradient(self.tensors[args[0]], params["dim"]):
+            self.last_error = "UnspecifiedTies"
+            return False
         try:
             exec("\n".join(menu.render(op, args, params, outs)), self.ns)
         except Exception as e:  # eager's verdict on the step
@@ -151,6 +154,23 @@ class Probe:
         except Exception:  # eager's verdict on the backward pass
             return False
         return True
+
+
+def _ties_reach_gradient(t: torch.Tensor, dim: int) -> bool:
+    """Whether equal values along ``dim`` would decide where a gradient flows.
+
+    Which of equal values topk picks is unspecified (eager's choice depends on its
+    partial sort); the values agree, but the gradient lands on a different element.
+    """
+    if not t.requires_grad or t.dim() == 0 or t.numel() == 0:
+        return False
+    ordered = t.detach().sort(dim=dim).values
+    same = ordered.narrow(dim, 1, ordered.shape[dim] - 1) == ordered.narrow(dim, 0, ordered.shape[dim] - 1)
+    both_nan = (
+        ordered.narrow(dim, 1, ordered.shape[dim] - 1).isnan()
+        & ordered.narrow(dim, 0, ordered.shape[dim] - 1).isnan()
+    )
+    return bool((same | both_nan).any())
 
 
 def _root(t: torch.Tensor) -> torch.Tensor:
