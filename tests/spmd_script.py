@@ -18,6 +18,7 @@ xlalab.use_torch_xla_names()
 
 import torch_xla  # noqa: E402
 import torch_xla.distributed.spmd as xs  # noqa: E402
+import torch_xla.distributed.spmd.debugging as debugging  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
 from torch_xla.distributed.spmd.debugging import visualize_tensor_sharding  # noqa: E402
 
@@ -122,6 +123,12 @@ buf = io.StringIO()
 with redirect_stdout(buf):
     visualize_tensor_sharding(z, use_color=False)
 out["table"] = buf.getvalue()
+out["html_cells"] = debugging.tensor_sharding_html(z).count("<td")
+big = torch.zeros(1024, 256).to("xla")  # 1 MiB
+before = debugging.device_memory()
+xs.mark_sharding(big, mesh, ("model", None))  # 4 row blocks of 256 KiB, each on 2 devices
+after = debugging.device_memory()
+out["memory_growth"] = [after[k] - before[k] for k in sorted(after)]
 
 # FSDPv2: parameters sharded over an 8-way 'fsdp' axis.
 fsdp_mesh = xs.Mesh(np.arange(8), (8, 1), ("fsdp", "model"))

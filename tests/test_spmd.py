@@ -82,6 +82,15 @@ def test_visualize_tensor_sharding_table(report: dict[str, Any]) -> None:
     assert cells == [["CPU 0", "CPU 1"], ["CPU 2", "CPU 3"], ["CPU 4", "CPU 5"], ["CPU 6", "CPU 7"]]
 
 
+def test_html_table_and_per_device_memory(report: dict[str, Any]) -> None:
+    assert report["html_cells"] == 8
+    # The 1 MiB tensor was on xla:0 alone; sharded, each device holds a 256 KiB block (a few small
+    # arrays made meanwhile, the same on every device, may come along), and xla:0 lost the rest.
+    growth = report["memory_growth"]
+    assert len(set(growth[1:])) == 1 and 256 * 1024 <= growth[1] < 264 * 1024, growth
+    assert growth[0] < 0
+
+
 def test_fsdpv2_mlp_trains_as_on_one_device(report: dict[str, Any]) -> None:
     np.testing.assert_allclose(report["fsdp_losses"], report["cpu_losses"], rtol=1e-5)
     assert report["fsdp_specs"] == [

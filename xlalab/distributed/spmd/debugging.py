@@ -64,3 +64,45 @@ def visualize_sharding(spec: sharding.ShardingSpec | None, ndim: int, use_color:
 def visualize_tensor_sharding(t: torch.Tensor, use_color: bool = True) -> Any:
     """Print which device holds which block of ``t`` (1-D or 2-D), and return the table."""
     return visualize_sharding(sharding_of(t), t.dim(), use_color=use_color)
+
+
+def tensor_sharding_html(t: torch.Tensor) -> str:
+    """The block table of ``t`` as HTML (for a notebook): one cell per block, coloured by its first
+    device, with the devices that hold it."""
+    from html import escape
+
+    spec = sharding_of(t)
+    grid = block_devices(spec, t.dim())
+    kind = backend.hw_name()
+    title = spec.hlo_string() if spec is not None else "unsharded"
+    rows = []
+    for row in grid:
+        cells = []
+        for devices in row:
+            hue = (devices[0] * 47) % 360
+            label = escape(f"{kind} {','.join(map(str, devices))}")
+            cells.append(
+                f'<td style="background:hsl({hue},60%,85%);border:1px solid #555;padding:8px 14px;'
+                f'text-align:center">{label}</td>'
+            )
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return (
+        f'<table class="xlalab-sharding" title="{escape(title)}" style="border-collapse:collapse">'
+        + "".join(rows)
+        + f"</table><div><code>{escape(title)}</code></div>"
+    )
+
+
+def device_memory() -> dict[str, int]:
+    """Bytes of live device arrays on each xla device (``xla:i``), counting each device's own
+    blocks of sharded arrays: where SPMD put the data."""
+    import jax
+
+    index = {d: i for i, d in enumerate(backend.jax_devices())}
+    totals = {f"xla:{i}": 0 for i in range(len(index))}
+    for array in jax.live_arrays():
+        for shard in array.addressable_shards:
+            i = index.get(shard.device)
+            if i is not None:
+                totals[f"xla:{i}"] += int(shard.data.nbytes)
+    return totals
