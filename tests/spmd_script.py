@@ -7,6 +7,7 @@ import io
 import json
 import sys
 from contextlib import redirect_stdout
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,8 +23,8 @@ import torch_xla.distributed.spmd.debugging as debugging  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
 from torch_xla.distributed.spmd.debugging import visualize_tensor_sharding  # noqa: E402
 
-from xlalab.distributed.spmd.collectives import program_collectives  # noqa: E402
-from xlalab.runtime import graph, metrics  # noqa: E402
+from xlalab.distributed.spmd.collectives import program_collectives, reshards  # noqa: E402
+from xlalab.runtime import config, graph, metrics  # noqa: E402
 
 out: dict[str, Any] = {}
 
@@ -115,6 +116,26 @@ out["intermediate_close"] = bool(torch.allclose(constrained_sum().cpu(), (a @ a.
 # The partitioner honoured the constraint: each device scales its own 8 of the 64 values.
 texts = [p.executable.as_text() for p in graph.CACHE.values()]
 out["constraint_in_hlo"] = any("num_partitions=8" in s and "f32[8]{0} multiply" in s for s in texts)
+
+# A reshard the partitioner had to insert, named with the op and line that needed it.
+config.set("XLA_HLO_DEBUG", 1)
+config.set("XLA_IR_DEBUG", 1)
+row_mesh = xs.Mesh(np.arange(8), (8,), ("x",))
+left, right = torch.randn(64, 64).to("xla"), torch.randn(64, 64).to("xla")
+xs.mark_sharding(left, row_mesh, (None, "x"))
+xs.mark_sharding(right, row_mesh, (None, "x"))
+product = left @ right  # the line the finding names
+xs.mark_sharding(product, row_mesh, ("x", None))
+graph.CACHE.clear()
+out["product_close"] = bool(torch.allclose(product.cpu(), left.cpu() @ right.cpu(), atol=1e-4))
+found = [r for p in graph.CACHE.values() for r in reshards(program_collectives(p), min_bytes=8 * 1024)]
+out["reshards"] = [r.describe() for r in found]
+source = Path(__file__).read_text().splitlines()
+out["reshard_line"] = (
+    f"{Path(__file__).name}:{source.index('product = left @ right  # the line the finding names') + 1}"
+)
+config.set("XLA_HLO_DEBUG", 0)
+config.set("XLA_IR_DEBUG", 0)
 
 # The block table.
 z = torch.zeros(8, 8, device="xla")

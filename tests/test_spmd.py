@@ -54,6 +54,18 @@ def test_collectives_the_partitioner_inserted_are_listed_with_their_ops(report: 
                                              "collective-permute"}  # fmt: skip
 
 
+def test_a_large_reshard_is_named_with_its_op_and_line(report: dict[str, Any]) -> None:
+    assert report["product_close"]
+    # Both operands split by columns, the product wanted by rows: the partitioner gathers a whole
+    # (64, 64) operand for the matmul on the user's line.
+    assert any(
+        r.startswith("all-gather of f32[64,64]")
+        and "aten::mm" in r
+        and r.endswith(f"at {report['reshard_line']}")
+        for r in report["reshards"]
+    ), report["reshards"]
+
+
 def test_parameters_stay_sharded_across_optimizer_steps(report: dict[str, Any]) -> None:
     # (32, 16) weight split 4 ways on rows over 'model', replicated over 'data' (2 ways).
     assert report["w_spec_after_training"] == "{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}"

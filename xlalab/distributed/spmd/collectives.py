@@ -30,6 +30,8 @@ _OP_NAME = re.compile(r'op_name="(?P<name>[^"]*)"')
 _GROUPS = re.compile(
     r"replica_groups=(?P<groups>\{[^=]*?\}\}|\[[^\]]*\]<=\[[^\]]*\][^,]*|mesh\[[^\]]*\] \{[^}]*\}|\{\})"
 )
+_ATEN = re.compile(r"\b(aten__\w+)")
+_LOCATION = re.compile(r"\[([^\]\[]+:\d+)\]")
 _BYTES = {"pred": 1, "bf16": 2, "c64": 8, "c128": 16}
 
 
@@ -42,6 +44,23 @@ class Collective:
     nbytes: int  # bytes of its result on each device
     op_name: str  # the scope (aten op) that needed it
     replica_groups: str  # which devices exchange data
+
+    @property
+    def aten_op(self) -> str:
+        """The aten op whose lowering needed it (``aten::mm``), or "" when the scope names none."""
+        m = _ATEN.search(self.op_name)
+        return m.group(1).replace("__", "::") if m else ""
+
+    @property
+    def location(self) -> str:
+        """``file:line`` of the user's op, when XLA_HLO_DEBUG=1 and XLA_IR_DEBUG=1 recorded it."""
+        m = _LOCATION.search(self.op_name)
+        return m.group(1) if m else ""
+
+    def describe(self) -> str:
+        where = f" at {self.location}" if self.location else ""
+        op = f" for {self.aten_op}" if self.aten_op else ""
+        return f"{self.kind} of {self.shape} ({self.nbytes / 1024:.1f} KiB per device){op}{where}"
 
 
 def _nbytes(shape: str) -> int:
@@ -87,3 +106,13 @@ def collectives(hlo_text: str) -> list[Collective]:
 def program_collectives(program: Any) -> list[Collective]:
     """The collectives of a compiled ``xlalab.runtime.graph.Program`` (none for a one-device one)."""
     return collectives(program.executable.as_text())
+
+
+RESHARDS = ("all-gather", "all-to-all")
+
+
+def reshards(found: list[Collective], min_bytes: int = 1 << 20) -> list[Collective]:
+    """The collectives that move a tensor between layouts (all-gather, all-to-all) and at least
+    ``min_bytes`` per device: where the partitioner had to reshard because operands' shardings
+    did not fit the op. Shard the op's operands compatibly (``mark_sharding``) to avoid them."""
+    return [c for c in found if c.kind in RESHARDS and c.nbytes >= min_bytes]
