@@ -56,6 +56,7 @@ class _StorageRef(weakref.ref):  # type: ignore[type-arg]
     """A storage's weak reference, carrying its serial so that its death leaves the pending set."""
 
     __slots__ = ("serial",)
+    serial: int
 
 
 _serials = itertools.count()
@@ -436,33 +437,61 @@ def _compute_meta(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
             func(*[_empty_cpu_arg(a) for a in args], **{k: _empty_cpu_arg(v) for k, v in kwargs.items()})
     except Exception:
         return _NO_META
-    if not _cpu_kernel_exists(func, args, kwargs):
+    if not _eager_accepts(func, args, kwargs):
         return _NO_META
     return _describe(out)
 
 
-def _cpu_kernel_exists(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether eager's CPU kernel takes these dtypes (meta kernels do not check: ``fmod`` of bools,
-    ``bitwise_and`` of floats). Asked once per signature, on operands shrunk to one element; only
-    NotImplementedError, eager's "not implemented for 'Bool'", counts: a shape error from the
-    shrinking says nothing."""
+# Ops whose eager errors depend on the values (a singular matrix): zeros would say nothing.
+_VALUE_CHECKED = ("linalg_", "cholesky", "inverse", "lu_", "_lu", "solve", "svd", "eig", "qr", "det",
+                  "lstsq", "pinv", "triangular", "geqrf", "ormqr", "orgqr", "matrix_exp", "potr")  # fmt: skip
+_SMALL = 4096  # elements: operands up to this size are checked at their real shapes
+
+
+def _eager_accepts(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether eager's CPU kernel accepts this call. Meta kernels skip many of eager's checks
+    (``fmod`` of bools, ``std`` of integers, an integer ``pow`` to a negative power), so on the
+    first call with a new signature the CPU kernel is asked too, on zeros: at the real shapes when
+    every operand is small, else on operands shrunk to one element, where only eager's "not
+    implemented for <dtype>" counts (a shape error then comes from the shrinking). When eager
+    refuses, the op falls back and eager raises its own error at the user's line; a refusal that
+    real values would not trigger costs a CPU fallback, never a wrong value."""
+    name = func._schema.name
+    small = _max_numel(args) <= _SMALL and _max_numel(kwargs.values()) <= _SMALL
+    exact = small and not any(word in name for word in _VALUE_CHECKED)
+    shrink = not exact
     try:
-        func(*[_tiny_cpu_arg(a) for a in args], **{k: _tiny_cpu_arg(v) for k, v in kwargs.items()})
+        func(*[_cpu_zeros(a, shrink) for a in args], **{k: _cpu_zeros(v, shrink) for k, v in kwargs.items()})
     except NotImplementedError as e:
-        # "... not implemented for 'Bool'"; an op with no CPU kernel at all (a fused GPU-style
-        # kernel that xlalab lowers) says "Could not run ..." and is fine here.
+        # "... not implemented for 'Bool'"; an op with no CPU kernel at all (a fused kernel that
+        # xlalab lowers) says "Could not run ..." and is fine here.
         return "not implemented for" not in str(e)
     except Exception:
-        return True
+        return not exact
     return True
 
 
-def _tiny_cpu_arg(a: Any) -> Any:
+def _max_numel(args: Any) -> int:
+    most = 0
+    for a in args:
+        tp = type(a)
+        if tp is XlaTensor or tp is Node:
+            n = 1
+            for d in a.shape:
+                n *= int(d)
+            most = max(most, n)
+        elif tp is list or tp is tuple:
+            most = max(most, _max_numel(a))
+    return most
+
+
+def _cpu_zeros(a: Any, shrink: bool) -> Any:
     tp = type(a)
     if tp is XlaTensor or tp is Node:
-        return torch.zeros([min(int(n), 1) for n in a.shape], dtype=a.dtype)
+        shape = [min(int(n), 1) for n in a.shape] if shrink else list(a.shape)
+        return torch.zeros(shape, dtype=a.dtype)
     if tp is list or tp is tuple:
-        return type(a)(_tiny_cpu_arg(x) for x in a)
+        return type(a)(_cpu_zeros(x, shrink) for x in a)
     if isinstance(a, torch.device) and a.type == "xla":
         return torch.device("cpu")
     return a
