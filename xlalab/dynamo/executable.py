@@ -114,6 +114,9 @@ class _Output:
     dtype: torch.dtype = torch.float32
     cpu: bool = False
     value: Any = None
+    # A view of an argument: its strides and storage offset, which AOTAutograd reads to rebuild
+    # the alias on the argument (the value computed here is the view's value all the same).
+    layout: tuple[tuple[int, ...], int] | None = None
 
 
 @dataclass
@@ -176,7 +179,7 @@ class Variant:
         results: list[Any] = []
         for o in self.outputs:
             if o.kind == "root":
-                t = tensor.wrap(ir.data(outs[o.index], o.shape, o.dtype, dev))
+                t = tensor.wrap(ir.data(outs[o.index], o.shape, o.dtype, dev), layout=o.layout)
                 results.append(tensor.to_cpu(t, "dynamo_output") if o.cpu else t)
             elif o.kind == "input":
                 results.append(args[o.index])
@@ -307,6 +310,7 @@ def trace(gm: fx.GraphModule, args: Sequence[Any], dev: int, name: str) -> Varia
     roots: list[ir.Node] = []
     outputs: list[_Output] = []
     by_placeholder = {id(p): k for k, p in enumerate(placeholders) if isinstance(p, torch.Tensor)}
+    storages = {id(p._st) for p in placeholders if isinstance(p, XlaTensor)}
     for i, o in enumerate(outs):
         meta = out_metas[i] if i < len(out_metas) else None
         if (
@@ -317,7 +321,9 @@ def trace(gm: fx.GraphModule, args: Sequence[Any], dev: int, name: str) -> Varia
             outputs.append(_Output("input", by_placeholder[id(o)]))
         elif isinstance(o, XlaTensor):
             cpu = isinstance(meta, torch.Tensor) and meta.device.type == "cpu"
-            outputs.append(_Output("root", len(roots), tuple(o.shape), o.dtype, cpu))
+            view = bool(o._chain) and id(o._st) in storages
+            layout = (tuple(o.stride()), int(o.storage_offset())) if view else None
+            outputs.append(_Output("root", len(roots), tuple(o.shape), o.dtype, cpu, layout=layout))
             roots.append(tensor.value(o))
         else:
             outputs.append(_Output("const", value=o))
