@@ -189,6 +189,7 @@ out["distribute_module_losses"], dm = train(
     "xla", wrap=lambda m: xs.xla_distribute_module(m, mesh, partition)
 )
 out["distribute_module_spec"] = xs.get_sharding_spec(dm[0].weight)
+out["spec_apply"] = xs.ShardingSpec(mesh, (None, "model")).apply(torch.ones(4, 8).to("xla")).sharding_spec
 out["hybrid_ids"] = xs.HybridMesh(ici_mesh_shape=(2, 2), dcn_mesh_shape=(2, 1)).get_logical_mesh().tolist()
 xs.set_global_mesh(xs.get_1d_mesh("fsdp"))
 out["global_mesh"] = repr(xs.get_global_mesh())

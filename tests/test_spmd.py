@@ -125,6 +125,10 @@ def test_xla_distribute_tensor_and_module(report: dict[str, Any]) -> None:
     assert report["distribute_module_spec"] == "{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}"
 
 
+def test_sharding_spec_applies_later(report: dict[str, Any]) -> None:
+    assert report["spec_apply"] == "{devices=[1,4,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}"
+
+
 def test_hybrid_and_global_meshes(report: dict[str, Any]) -> None:
     assert report["hybrid_ids"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
     ids = list(range(8))

@@ -21,6 +21,7 @@ from .api import xla_distribute_module, xla_distribute_tensor
 from .fsdp import SpmdFullyShardedDataParallel
 from .mesh import HybridMesh, Mesh, get_1d_mesh, get_global_mesh, set_global_mesh
 from .xla_sharding import (
+    ShardingSpec,
     ShardingType,
     XLAShard,
     XLAShardedTensor,
@@ -35,6 +36,7 @@ from .xla_sharding import (
 __all__ = [
     "HybridMesh",
     "Mesh",
+    "ShardingSpec",
     "ShardingType",
     "SpmdFullyShardedDataParallel",
     "XLAShard",

@@ -235,3 +235,23 @@ def mark_sharding_with_gradients(
     _require_spmd("mark_sharding_with_gradients")
     xt = _xla_tensor(t, "mark_sharding_with_gradients")
     return _MarkShardingWithGradients.apply(xt, spec_for(mesh, partition_spec, xt.dim()))  # type: ignore[no-any-return]
+
+
+class ShardingSpec:
+    """A mesh and a partition spec to apply later (torch_xla's ``xs.ShardingSpec``), as data
+    loaders take it for their batches: ``ShardingSpec(mesh, ("data", None)).apply(batch)``."""
+
+    def __init__(self, mesh: Mesh, partition_spec: Sequence[PartitionEntry], minibatch: bool = False) -> None:
+        if minibatch:
+            raise NotImplementedError(
+                "ShardingSpec(minibatch=True) is for several hosts each loading a part of the batch; "
+                "xlalab's SPMD mesh is one process's devices: load the whole batch and shard it"
+            )
+        self.mesh = mesh
+        self.partition_spec = tuple(partition_spec)
+
+    def apply(self, t: torch.Tensor) -> XLAShardedTensor:
+        return mark_sharding(t, self.mesh, self.partition_spec)
+
+    def __repr__(self) -> str:
+        return f"ShardingSpec({self.mesh!r}, {self.partition_spec!r})"
