@@ -175,8 +175,13 @@ export class GraphView extends Widget implements IRenderMime.IRenderer {
     if (payload.hash && !payload.title.includes(payload.hash)) {
       parts.push(`graph ${shortHash(payload.hash)}`);
     }
+    const titleCounts = new RegExp(`\\b${payload.num_nodes} nodes?\\b`).test(payload.title);
     if (payload.shown_nodes < payload.num_nodes) {
-      parts.push(`${payload.shown_nodes} of ${countOf(payload.num_nodes, 'node')} shown`);
+      parts.push(
+        titleCounts
+          ? `${payload.shown_nodes} of them shown`
+          : `${payload.shown_nodes} of ${countOf(payload.num_nodes, 'node')} shown`
+      );
     } else if (!/\bnodes?\b/.test(payload.title)) {
       parts.push(countOf(payload.num_nodes, 'node'));
     }

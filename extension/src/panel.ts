@@ -10,15 +10,7 @@ import { Widget } from '@lumino/widgets';
 
 import { ActiveKernel } from './current';
 import { h, replaceChildren, setText } from './dom';
-import {
-  countOf,
-  formatBytes,
-  formatCount,
-  formatElapsed,
-  formatSeconds,
-  nounFor,
-  shortHash
-} from './format';
+import { countOf, formatBytes, formatCount, formatElapsed, formatSeconds, shortHash } from './format';
 import { KernelModel } from './model';
 import { SourceLocation } from './protocol';
 import { runtimeRows } from './runtimeinfo';
@@ -77,9 +69,8 @@ export class XlaPanel extends Widget {
     transfersFrom: stat('xlalab-transfers-from'),
     fallbacks: stat('xlalab-fallbacks')
   };
-  /** the words next to counts: "execution"/"executions", sizes */
+  /** the sizes next to the transfer counts */
   private readonly _words = {
-    executions: h('span', {}),
     bytesTo: h('span', { class: 'xlalab-Bytes', attrs: testId('xlalab-bytes-to') }),
     bytesFrom: h('span', { class: 'xlalab-Bytes', attrs: testId('xlalab-bytes-from') })
   };
@@ -217,7 +208,7 @@ export class XlaPanel extends Widget {
         h('h3', {}, 'Since the last clear'),
         row('Compiles', s.uncached, ' uncached, ', s.cached, ' cached'),
         row('Compile time', s.timeLast, ' last, ', s.timeTotal, ' total'),
-        row('Executions', s.executions, ' ', w.executions, ' in ', s.executeTime),
+        row('Executions', s.executions, ' in ', s.executeTime),
         this._transferRow,
         row('CPU fallbacks', s.fallbacks)
       ),
@@ -346,7 +337,6 @@ export class XlaPanel extends Widget {
     setText(s.timeLast, formatSeconds(snap.compiles.seconds_last));
     setText(s.timeTotal, formatSeconds(snap.compiles.seconds_total));
     setText(s.executions, formatCount(snap.executions.count));
-    setText(this._words.executions, nounFor(snap.executions.count, 'execution'));
     setText(this._words.bytesTo, formatBytes(snap.transfers.bytes_to_device));
     setText(this._words.bytesFrom, formatBytes(snap.transfers.bytes_from_device));
     setText(s.executeTime, formatSeconds(snap.executions.seconds_total));
