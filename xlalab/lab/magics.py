@@ -210,7 +210,7 @@ class XlaMagics(Magics):
     def xla_counters(self, line: str) -> None:
         """Show live counters (compiles, executions, transfers, fallbacks) that update as cells run."""
         if _wants_help(line):
-            return _usage(self.xla_counters)
+            return _usage(XlaMagics.xla_counters)
         from .counters import CountersView
 
         view = CountersView(self.session.watcher)
