@@ -154,6 +154,10 @@ out["memory_growth"] = [after[k] - before[k] for k in sorted(after)]
 # FSDPv2: parameters sharded over an 8-way 'fsdp' axis.
 fsdp_mesh = xs.Mesh(np.arange(8), (8, 1), ("fsdp", "model"))
 out["fsdp_losses"], fsdp_model = train("xla", wrap=lambda m: xs.SpmdFullyShardedDataParallel(m, fsdp_mesh))
+hybrid_mesh = xs.Mesh(np.arange(8), (2, 4), ("data", "fsdp"))
+out["hsdp_losses"], _ = train(
+    "xla", wrap=lambda m: xs.SpmdFullyShardedDataParallel(m, hybrid_mesh, extra_data_axis="data")
+)
 out["fsdp_specs"] = [xs.get_sharding_spec(p) for p in fsdp_model.parameters()]
 
 

@@ -113,6 +113,10 @@ def test_fsdpv2_mlp_trains_as_on_one_device(report: dict[str, Any]) -> None:
     ]
 
 
+def test_fsdpv2_with_an_extra_data_axis_trains_as_on_one_device(report: dict[str, Any]) -> None:
+    np.testing.assert_allclose(report["hsdp_losses"], report["cpu_losses"], rtol=1e-5)
+
+
 def test_mark_sharding_with_gradients_trains_as_on_one_device(report: dict[str, Any]) -> None:
     np.testing.assert_allclose(report["grad_constrained_losses"], report["cpu_losses"], rtol=1e-5)
 

@@ -19,18 +19,20 @@ from .mesh import Mesh, get_global_mesh
 from .xla_sharding import mark_sharding
 
 
-def _shard_output_default(output: Any, mesh: Mesh, axis: str) -> None:
-    """Constrain the output's batch dimension (dim 0) to the sharding axis."""
+def _shard_output_default(output: Any, mesh: Mesh, batch: str | tuple[str, ...]) -> None:
+    """Constrain the output's batch dimension (dim 0) to the batch axes."""
     out = output[0] if isinstance(output, (tuple, list)) else output
     out = getattr(out, "logits", out)
     if isinstance(out, XlaTensor) and out.dim() > 0:
-        mark_sharding(out, mesh, (axis,) + (None,) * (out.dim() - 1))
+        mark_sharding(out, mesh, (batch,) + (None,) * (out.dim() - 1))
 
 
 class SpmdFullyShardedDataParallel(torch.nn.Module):
     """Wrap ``module`` so its parameters are sharded over ``mesh``'s ``fsdp`` axis (the global mesh
     when ``mesh`` is None). ``shard_output(output, mesh)`` replaces the default constraint of the
-    output's dim 0 (pass one when the output is not a tensor or a tuple starting with one)."""
+    output's dim 0 (pass one when the output is not a tensor or a tuple starting with one).
+    ``extra_data_axis`` names a mesh axis the batch is split over too (hybrid sharding: the
+    parameters are replicated along it)."""
 
     def __init__(
         self,
@@ -39,6 +41,7 @@ class SpmdFullyShardedDataParallel(torch.nn.Module):
         shard_output: Callable[[Any, Mesh], None] | None = None,
         auto_wrap_policy: Any = None,
         auto_wrapper_callable: Any = None,
+        extra_data_axis: str | None = None,
     ) -> None:
         super().__init__()
         if isinstance(module, SpmdFullyShardedDataParallel):
@@ -53,6 +56,10 @@ class SpmdFullyShardedDataParallel(torch.nn.Module):
             raise ValueError(
                 f"the mesh needs an axis named 'fsdp' to shard over; its axes are {mesh.axis_names}"
             )
+        if extra_data_axis is not None and extra_data_axis not in mesh.axis_names:
+            raise ValueError(
+                f"extra_data_axis {extra_data_axis!r} is not an axis of the mesh {mesh.axis_names}"
+            )
         if auto_wrap_policy is not None or auto_wrapper_callable is not None:
             raise NotImplementedError(
                 "auto_wrap_policy is not supported here: every parameter of the module is sharded "
@@ -61,6 +68,7 @@ class SpmdFullyShardedDataParallel(torch.nn.Module):
         self.module = module.to("xla")
         self.mesh = mesh
         self._shard_output = shard_output
+        self._batch_axes: str | tuple[str, ...] = (extra_data_axis, "fsdp") if extra_data_axis else "fsdp"
         size = mesh.shape()["fsdp"]
         for p in self.module.parameters():
             spec: list[str | None] = [None] * p.dim()
@@ -77,5 +85,5 @@ class SpmdFullyShardedDataParallel(torch.nn.Module):
         if self._shard_output is not None:
             self._shard_output(output, self.mesh)
         else:
-            _shard_output_default(output, self.mesh, "fsdp")
+            _shard_output_default(output, self.mesh, self._batch_axes)
         return output
