@@ -19,6 +19,8 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
+from xlalab.runtime import metrics
+
 from .differential import Finding, check
 from .program import Program
 from .strategies import programs, source
@@ -42,13 +44,18 @@ class Report:
     findings: list[tuple[Finding, Program]] = field(default_factory=list)  # shrunk, one per signature
     seconds: float = 0.0
 
+    aten_lowered: set[str] = field(default_factory=set)  # aten ops recorded into xla graphs
+    aten_fallback: set[str] = field(default_factory=set)  # aten ops that ran on the CPU instead
+
     def summary(self, menu_size: int) -> str:
+        fallback = f" ({', '.join(sorted(self.aten_fallback))})" if self.aten_fallback else ""
         return (
             f"programs: {self.programs} ({self.backward} with backward) in {self.seconds:.0f}s\n"
             f"mismatches: {self.mismatches}\n"
             f"crashes: {self.crashes}\n"
             f"distinct findings: {len(self.findings)}\n"
-            f"ops covered: {len(self.ops)} of {menu_size}"
+            f"ops covered: {len(self.ops)} of {menu_size} menu ops; {len(self.aten_lowered)} aten ops "
+            f"lowered, {len(self.aten_fallback)} on the CPU fallback{fallback}"
         )
 
 
@@ -150,6 +157,12 @@ def run_campaign(
                 on_finding(finding, program)
         round_no += 1
     report.seconds = time.monotonic() - start
+    # The runtime's counters: xla::<op> per recorded op, aten::<op> per CPU fallback.
+    for name, count in list(metrics.COUNTERS.items()):
+        if count and name.startswith("xla::"):
+            report.aten_lowered.add(name.removeprefix("xla::"))
+        elif count and name.startswith("aten::") and name != "aten::_local_scalar_dense":
+            report.aten_fallback.add(name.removeprefix("aten::"))
     return report
 
 
