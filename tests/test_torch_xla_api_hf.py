@@ -244,12 +244,9 @@ def test_trainer_checkpoint_and_resume_on_xla(procs: dict[str, subprocess.Popen[
     torch.testing.assert_close(torch.tensor(resumed[2:]), torch.tensor(whole[2:]), rtol=1e-5, atol=1e-5)  # type: ignore[index]
 
 
-# safetensors asks every tensor for its host storage pointer; an xla tensor has no host storage
-# and xlalab's XlaTensor.storage() does not yet say so (NotImplementedError, as safetensors
-# expects); without the names, transformers also needs distinct storage ids per xla tensor.
-@pytest.mark.xfail(
-    strict=True, reason="XlaTensor.storage() must raise NotImplementedError (runtime/tensor.py)"
-)
+# safetensors asks every tensor for its host storage; an xla tensor has none and says so
+# (NotImplementedError, as safetensors expects). Without the names, transformers also needs
+# distinct storage ids per xla tensor, which xla tensors do not have.
 def test_save_pretrained_round_trip_with_names(procs: dict[str, subprocess.Popen[str]]) -> None:
     report = _json(procs["hf_names_on"])
     files = ["config.json", "generation_config.json", "model.safetensors"]
@@ -262,9 +259,6 @@ def test_save_pretrained_round_trip_without_names(procs: dict[str, subprocess.Po
     assert report["torch_xla"] is False and report["same"] is True and report["tied"] is True
 
 
-@pytest.mark.xfail(
-    strict=True, reason="pin_memory=True needs the xla device's pinned-memory answer (runtime)"
-)
 def test_dataloader_pin_memory_with_the_xla_device_present(procs: dict[str, subprocess.Popen[str]]) -> None:
     code, out, err = _result(procs["pin_memory"])
     assert code == 0, err[-2000:]

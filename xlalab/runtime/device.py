@@ -210,6 +210,11 @@ def install() -> None:
             _factory(op),
             "PrivateUse1",
         )
+    # Pinned host memory: once xla is torch's accelerator, ``pin_memory()`` (a DataLoader with
+    # pin_memory=True) asks it for a pinned allocator. JAX copies from any host buffer, so a
+    # pinned copy is a plain copy and nothing is ever pinned (this torch build has no CUDA).
+    aten_lib.impl("_pin_memory", lambda t, device=None: t.clone(), "CPU")
+    aten_lib.impl("is_pinned", lambda t, device=None: False, "CPU")
     _libs.extend([fallback_lib, aten_lib])
     # Backward on xla tensors runs on the calling thread, as torch does for its own lazy device:
     # recording is GIL-bound, so autograd's per-device worker threads only add hand-offs, and

@@ -138,6 +138,13 @@ class XlaTensor(torch.Tensor):
             _run_now()
         return out
 
+    def storage(self) -> Any:  # type: ignore[override]
+        # safetensors (HF save_pretrained) asks each tensor for its host storage and expects
+        # this error for tensors that have none.
+        raise NotImplementedError(
+            "xla tensors have no host storage; move the tensor to the CPU first (t.cpu())"
+        )
+
     # ---- reading values: these are barriers for this tensor
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         return _format(self, "print")
