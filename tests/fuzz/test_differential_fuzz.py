@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 
 from xlalab.testing.fuzz import Program, check, programs
 from xlalab.testing.fuzz.campaign import describe
@@ -25,6 +25,8 @@ BUDGET = settings(
     deadline=None,
     suppress_health_check=list(HealthCheck),
     print_blob=False,
+    # (no explain phase: on a failure it would rerun many variants, each compiling graphs)
+    phases=(Phase.explicit, Phase.generate, Phase.shrink),
 )
 
 
