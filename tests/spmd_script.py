@@ -237,6 +237,10 @@ try:
 except ValueError as e:
     errors["uneven"] = str(e)
 try:
+    xs.mark_sharding(torch.ones(6, 4, device="xla") * 2, mesh, ("model", None))
+except ValueError as e:
+    errors["uneven_pending"] = str(e)
+try:
     xs.mark_sharding(torch.zeros(4, 4, device="xla"), mesh, ("nope", None))
 except ValueError as e:
     errors["axis"] = str(e)

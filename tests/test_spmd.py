@@ -146,7 +146,8 @@ def test_fsdpv2_small_gpt2_trains_as_on_one_device(report: dict[str, Any]) -> No
 def test_mistakes_name_the_fix(report: dict[str, Any]) -> None:
     errors = report["errors"]
     assert "one entry per dimension" in errors["spec_length"]
-    assert "divisible" in errors["uneven"] and "(6, 4)" in errors["uneven"]
+    for uneven in (errors["uneven"], errors["uneven_pending"]):  # device data, and a pending value
+        assert "(6, 4)" in uneven and "dimension 0 has size 6" in uneven and "4 equal blocks" in uneven
     assert "'nope' does not exist" in errors["axis"] and "('data', 'model')" in errors["axis"]
 
 

@@ -23,8 +23,13 @@ def _shard_output_default(output: Any, mesh: Mesh, batch: str | tuple[str, ...])
     """Constrain the output's batch dimension (dim 0) to the batch axes."""
     out = output[0] if isinstance(output, (tuple, list)) else output
     out = getattr(out, "logits", out)
-    if isinstance(out, XlaTensor) and out.dim() > 0:
-        mark_sharding(out, mesh, (batch,) + (None,) * (out.dim() - 1))
+    if not isinstance(out, XlaTensor) or out.dim() == 0:
+        return
+    sizes = mesh.shape()
+    blocks = sizes[batch] if isinstance(batch, str) else sizes[batch[0]] * sizes[batch[1]]
+    if out.shape[0] % blocks:
+        return  # a batch the devices do not divide (a last, short one): the partitioner chooses
+    mark_sharding(out, mesh, (batch,) + (None,) * (out.dim() - 1))
 
 
 class SpmdFullyShardedDataParallel(torch.nn.Module):

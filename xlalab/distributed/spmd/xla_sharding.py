@@ -137,6 +137,18 @@ def spec_for(mesh: Mesh, partition_spec: Sequence[PartitionEntry], ndim: int) ->
     )
 
 
+def _check_divisible(t: torch.Tensor, spec: sharding.ShardingSpec) -> None:
+    """JAX splits a dimension into equal blocks only (torch_xla would pad): say so where the
+    sharding is given, not at the compile that would fail."""
+    for dim, (size, blocks) in enumerate(zip(t.shape, spec.tile_shape())):
+        if size % blocks:
+            raise ValueError(
+                f"cannot shard a {tuple(t.shape)} tensor as {spec.hlo_string()}: dimension {dim} has size "
+                f"{size}, which does not split into {blocks} equal blocks. Shard a dimension its number "
+                "of blocks divides (or pad the tensor to a multiple of it)"
+            )
+
+
 def apply_spec(t: XlaTensor, spec: sharding.ShardingSpec) -> None:
     """Give ``t`` the sharding ``spec``: its device data is laid out now, a pending value is
     constrained in the graph, and its storage keeps the annotation."""
@@ -146,15 +158,9 @@ def apply_spec(t: XlaTensor, spec: sharding.ShardingSpec) -> None:
         # this value (writes through it no longer reach the base).
         t._st, t._chain, t._vcache = Storage(node, node.device), (), None
     st = t._st
+    _check_divisible(t, spec)
     if node.op is ir.DATA:
-        try:
-            array = sharding.place(node.value, spec)
-        except ValueError as e:
-            raise ValueError(
-                f"cannot shard a {tuple(t.shape)} tensor as {spec.hlo_string()} "
-                f"(blocks {spec.tile_shape()}): {e}. Device data is split into equal blocks: make "
-                "each sharded dimension divisible by its number of blocks"
-            ) from e
+        array = sharding.place(node.value, spec)
         set_node(st, ir.data(array, node.shape, node.dtype, node.device))  # type: ignore[arg-type]
     else:
         set_node(st, sharding.constraint(node, spec))
