@@ -186,3 +186,10 @@ def test_exp_of_a_nan_known_at_compile_time_is_nan() -> None:
         return torch.exp(nan), torch.softmax(nan, 0), torch.sinh(nan), torch.cosh(nan), torch.exp2(nan)
 
     _assert_same(program)
+
+
+def test_sign_of_negative_zero_is_positive_zero() -> None:
+    values = [-0.0, 0.0, NAN, -2.0, float("inf")]
+    _assert_same(
+        lambda d: (torch.sign(torch.tensor(values, device=d)), torch.sgn(torch.tensor(values, device=d)))
+    )

@@ -506,7 +506,8 @@ def _sign(x: Array) -> Array:
         return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
     # Not as converted predicates for floats: XLA rewrites g * convert(p) as select(p, g, 0),
     # which turns abs's gradient g * sgn(x) at NaN into 0 where torch computes NaN * 0.
-    return jnp.where(jnp.isnan(x), jnp.zeros((), x.dtype), jnp.sign(x))
+    # (x == 0 too: torch's sign of -0.0 is +0.0, jnp's is -0.0)
+    return jnp.where(jnp.isnan(x) | (x == 0), jnp.zeros((), x.dtype), jnp.sign(x))
 
 
 @lowering(aten.frac.default)
