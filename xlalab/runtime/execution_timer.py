@@ -12,6 +12,7 @@ step's ExecuteTime) and never waits for work still running.
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 import time
@@ -75,6 +76,15 @@ def drain() -> None:
     _queue.join()
 
 
+def _drain_at_exit(limit_s: float = 60.0) -> None:
+    # The waiter must not be blocked inside XLA while the interpreter tears down (the process
+    # would abort): let it finish what was dispatched first. Registered after JAX's own exit
+    # hooks, so it runs before them.
+    deadline = time.monotonic() + limit_s
+    while _queue.unfinished_tasks and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def _ready(outputs: Any) -> bool:
     try:
         return all(o.is_ready() for o in jax.tree_util.tree_leaves(outputs) if hasattr(o, "is_ready"))
@@ -83,3 +93,4 @@ def _ready(outputs: Any) -> bool:
 
 
 metrics.BEFORE_READ.append(settle)
+atexit.register(_drain_at_exit)
