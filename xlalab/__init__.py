@@ -8,6 +8,7 @@ from __future__ import annotations
 
 # The debug layer subscribes to the runtime's events when its settings ask for it (PT_XLA_DEBUG=1,
 # XLA_SAVE_TENSORS_FILE, ...), so a script needs nothing but `import xlalab`.
+from . import amp as amp  # torch.autocast("xla") works after a plain `import xlalab`
 from . import debug as debug
 from .compat import use_torch_xla_names as use_torch_xla_names  # also installs the weight-tying check
 from .runtime import device, devices, mark_step, sync, wait_device_ops
@@ -29,7 +30,8 @@ def unload_ipython_extension(shell: object) -> None:
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:
-    """Where ``jupyter labextension develop`` finds the prebuilt JupyterLab extension."""
+    """Where Jupyter's extension tools find the prebuilt JupyterLab extension (the wheel and
+    ``make install`` put it in ``share/jupyter/labextensions`` themselves)."""
     return [{"src": "labextension", "dest": "xlalab-jupyterlab"}]
 
 __all__ = ["device", "devices", "mark_step", "sync", "wait_device_ops"]

@@ -68,7 +68,7 @@ def labextension_name() -> str | None:
 
 
 def installed_labextension_dirs(name: str) -> list[Path]:
-    """Where Jupyter finds a federated extension called ``name`` (what `labextension develop` made)."""
+    """Where Jupyter finds a federated extension called ``name`` (what make install linked)."""
     from jupyter_core.paths import jupyter_path
 
     out = []
@@ -99,7 +99,7 @@ def prerequisite_problems() -> list[str]:
         problems.append(
             f"The extension {name} is built but JupyterLab does not find it "
             f"(`jupyter labextension list` does not show it). {FIX_HINT} "
-            f"(it runs `jupyter labextension develop --overwrite {REPO}`)."
+            f"(it links xlalab/labextension into the environment's share/jupyter/labextensions)."
         )
     else:
         # A develop install is a link to the build; a stale copy would test old code.

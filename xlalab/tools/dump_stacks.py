@@ -34,6 +34,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Iterable
@@ -224,15 +225,16 @@ def _run_tool(cmd: list[str], timeout: float) -> subprocess.CompletedProcess[str
 
 
 def find_py_spy() -> str | None:
-    found = shutil.which("py-spy")
-    if found:
-        return found
-    # pip puts it next to this interpreter, which is not always on PATH (a venv not activated).
-    beside = Path(sys.executable).parent / "py-spy"
-    try:
-        return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
-    except OSError:
-        return None
+    # This interpreter's own scripts first (a venv used by path is not on PATH, and PATH may
+    # hold another environment's py-spy), then PATH.
+    for folder in (sysconfig.get_path("scripts"), str(Path(sys.executable).parent)):
+        beside = Path(folder) / "py-spy"
+        try:
+            if beside.is_file() and os.access(beside, os.X_OK):
+                return str(beside)
+        except OSError:
+            pass
+    return shutil.which("py-spy")
 
 
 def dump_with_py_spy(pid: int, timeout: float, native: bool = False) -> str:
