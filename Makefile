@@ -71,7 +71,7 @@ export LABEXTENSION_LINK
 
 # The extension is built before the first `pip install -e` (whose build hook would otherwise
 # build it again).
-$(STAMP): pyproject.toml $(LOCK) | $(EXT_BUILD)
+$(STAMP): pyproject.toml $(LOCK) $(wildcard xlalab/_hook/*) | $(EXT_BUILD)
 	@command -v $(PYTHON) >/dev/null || { echo "PYTHON=$(PYTHON): no such Python (name an interpreter, e.g. venv/bin/python)"; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "xlalab needs Python 3.10 or newer")'
 	# torch==2.13.0 resolves to the local CPU wheel (pip.conf's find-links); an unpinned torch would
