@@ -135,6 +135,7 @@ lint: install
 
 bench: install
 	$(PYTHON) bench/bench_step.py
+	$(PYTHON) bench/bench_spmd.py
 
 # Generated programs, lazy against eager; e.g. FUZZ_ARGS="--programs 200 --seed 7".
 FUZZ_ARGS ?= --programs 5000
