@@ -552,6 +552,6 @@ def test_a_read_inside_an_installed_library_names_the_users_line(shell: Shell) -
         "    xm.mark_step()"
     )
     count = shell.sh.execution_count - 1
-    assert "xlalab: .item() cut the step" in out, out
+    assert "xlalab: reading a Python number (float(), int(), bool(), if tensor) cut the step" in out, out
     assert f"  at cell [{count}], line 3 in <module>: m = statistics.fmean([t.sum(), t.mean()])" in out
     assert "statistics.py" not in out

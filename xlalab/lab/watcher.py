@@ -536,6 +536,8 @@ class Watcher:
         if cuts < 2 and self._cell_steps == 0:
             return None
         nodes = len(ev.graph.nodes)
+        if ev.reason == "item" and site is not None and ".item(" not in self.cells.source_line(site):
+            what = "reading a Python number (float(), int(), bool(), if tensor)"
         finding = self._finding(
             ("transfer", ev.reason, site),
             "transfer",
