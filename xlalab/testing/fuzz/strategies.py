@@ -166,8 +166,8 @@ def _ties_reach_gradient(t: torch.Tensor, dim: int) -> bool:
     Which of equal values topk picks is unspecified (eager's choice depends on its
     partial sort); the values agree, but the gradient lands on a different element.
     """
-    if not t.requires_grad or t.dim() == 0 or t.numel() == 0:
-        return False
+    if not t.requires_grad or t.dim() == 0 or t.numel() == 0 or not -t.dim() <= dim < t.dim():
+        return False  # (an invalid dim: eager's own error decides)
     ordered = t.detach().sort(dim=dim).values
     same = ordered.narrow(dim, 1, ordered.shape[dim] - 1) == ordered.narrow(dim, 0, ordered.shape[dim] - 1)
     both_nan = (
