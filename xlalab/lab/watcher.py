@@ -335,8 +335,8 @@ class Watcher:
             seen = self._folded_changes.setdefault(fallback.id, [])
             seen.append(cause.message)
             shown = "; ".join(seen[:3]) + ("; ..." if len(seen) > 3 else "")
-            times = "" if len(seen) == 1 else f" {len(seen)} times"
-            fallback.fold(note + f"(Recompiled{times}: {cause.title}: {shown})", replaces=note)
+            times = "" if len(seen) == 1 else f", {len(seen)} times"
+            fallback.fold(note + f"(Recompiled: {cause.title}{times}: {shown})", replaces=note)
             return fallback
         # The line that caused it first; the barrier that compiled it (and its callers) as context.
         frames = ([cause.where] if cause.where is not None else []) + [f for f in barrier if f != cause.where]
