@@ -290,6 +290,7 @@ class Watcher:
             f.count += 1
             base = details if details else [d for d in f.details if d not in f.folded]
             f.message, f.details = message, list(base) + f.folded
+            f.graph_hash = graph_hash or f.graph_hash
         self.cell_findings.add(f.id)
         return f
 
