@@ -215,6 +215,11 @@ class _Run(fx.Interpreter):
     def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if isinstance(target, torch._ops.OpOverload) and target._schema.name.startswith("aten::_foreach_"):
             return _per_tensor(target, args, kwargs)
+        if target is torch.ops.higher_order.with_effects:
+            # An op with side effects (linalg's error checks), ordered by a token: run it in order.
+            token, op, *rest = args
+            res = op(*rest, **kwargs)
+            return (token,) if res is None else (token, *res) if isinstance(res, tuple) else (token, res)
         return super().call_function(target, args, kwargs)
 
 
@@ -452,7 +457,7 @@ class CompiledGraph:
         return variant.run(args, self.name)
 
     def _lazy(self, args: Sequence[Any]) -> list[Any]:
-        out = self.gm(*args)
+        out = _Run(self.gm).run(*args)
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
     def hlo(self, kind: str = "hlo") -> str:
