@@ -32,6 +32,7 @@ def bench_compiled(wl: bs.Workload, batches: list[bs.Batch], cfg: bs.Config) -> 
     dev_batches = [(inp.to(dev), tgt.to(dev)) for inp, tgt in batches]
     xm.mark_step()
     xm.wait_device_ops()
+    dynamo.reset()  # this workload's graphs only
     step = torch.compile(train_step, backend=dynamo.backend)
     before = metrics.COUNTERS.get("UncachedCompile", 0)
     losses: list[torch.Tensor] = []
@@ -40,7 +41,7 @@ def bench_compiled(wl: bs.Workload, batches: list[bs.Batch], cfg: bs.Config) -> 
         losses.append(step(wl, model, opt, *dev_batches[i]))
 
     times = bs.run_steps(one, xm.wait_device_ops, len(dev_batches))
-    compiles = metrics.COUNTERS.get("UncachedCompile", 0) - before
+    compiles = metrics.COUNTERS.get("UncachedCompile", 0) - before  # warm-up steps included
     graphs = sum(f.num_graphs for f in dynamo.compiled_functions())
     return bs.Result(
         "compiled",
