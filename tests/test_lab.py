@@ -555,3 +555,14 @@ def test_a_read_inside_an_installed_library_names_the_users_line(shell: Shell) -
     assert "xlalab: reading a Python number (float(), int(), bool(), if tensor) cut the step" in out, out
     assert f"  at cell [{count}], line 3 in <module>: m = statistics.fmean([t.sum(), t.mean()])" in out
     assert "statistics.py" not in out
+
+
+def test_a_cell_that_leaves_a_huge_pending_graph_says_where_it_grew(shell: Shell) -> None:
+    shell.ok("import torch, xlalab.core.xla_model as xm\ndev = xm.xla_device()")
+    out = shell.ok("h = torch.ones(4, device=dev)\nfor _ in range(3000):\n    h = h * 1.01 + 1")
+    count = shell.sh.execution_count - 1
+    assert "xlalab: No step barrier: the pending graph keeps growing (once)" in out, out
+    assert re.search(r"the pending graph has \d{4} nodes and this cell ran no barrier; 6000 of them made at "
+                     rf"cell \[{count}\], line 3", out), out  # fmt: skip
+    assert f"  at cell [{count}], line 3 in <module>: h = h * 1.01 + 1" in out
+    assert "No step barrier" not in shell.ok("del h")  # dropped, not compiled: nothing is pending

@@ -20,10 +20,13 @@ from typing import Any
 from xlalab.runtime import events
 from xlalab.runtime.frames import Frame, user_frames
 
-__all__ = ["BarrierWatch", "pending_nodes"]
+__all__ = ["PENDING_LIMIT", "BarrierWatch", "pending_graph", "pending_nodes"]
 
 #: Optimizer steps without a barrier in between before the watch calls it a missing barrier.
 MIN_STEPS = 2
+#: A pending graph this large, left by code that ran no barrier, is growing without bound:
+#: a training step of a small model is a few hundred to a few thousand nodes.
+PENDING_LIMIT = 5000
 
 
 @dataclass
@@ -84,8 +87,8 @@ def _on_xla(optimizer: Any) -> bool:
     return False
 
 
-def pending_nodes() -> int:
-    """Nodes in the graph of every live pending tensor (what the next barrier would compile).
+def pending_graph() -> Any:
+    """The graph of every live pending tensor (what the next barrier would compile), or None.
 
     Only walks the IR: nothing is compiled, run or transferred.
     """
@@ -94,8 +97,13 @@ def pending_nodes() -> int:
 
     storages = tensor_mod.pending_storages()
     if not storages:
-        return 0
-    return len(graph_mod.linearize([st.node for st in storages]).nodes)
+        return None
+    return graph_mod.linearize([st.node for st in storages])
+
+
+def pending_nodes() -> int:
+    graph = pending_graph()
+    return 0 if graph is None else len(graph.nodes)
 
 
 def explain(steps: int, nodes: int, barrier: str = "xm.mark_step()") -> str:

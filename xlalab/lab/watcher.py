@@ -187,7 +187,7 @@ class Watcher:
     def _missing_barrier(self) -> Finding | None:
         watch = self.barriers
         if not watch.missing:
-            return None
+            return self._pending_too_large() if self._cell_steps == 0 else None
         frames = self.cells.user_frames(watch.frames)
         where = frames[0] if frames else None
         nodes = barriers.pending_nodes()
@@ -207,6 +207,31 @@ class Watcher:
         )
         finding.count = watch.steps
         return finding
+
+    def _pending_too_large(self) -> Finding | None:
+        """A cell that ran no barrier left a huge pending graph: name the line that added most."""
+        graph = barriers.pending_graph()
+        if graph is None or len(graph.nodes) < barriers.PENDING_LIMIT:
+            return None
+        lines: dict[Frame, int] = {}
+        for n in graph.nodes:
+            frames = self.cells.user_frames(n.frames or ())
+            if frames:
+                lines[frames[0]] = lines.get(frames[0], 0) + 1
+        top = max(lines, key=lambda f: lines[f]) if lines else None
+        where = f"; {lines[top]} of them made at {self._label(top)}" if top is not None else ""
+        return self._finding(
+            ("pending_too_large", top),
+            "no_barrier",
+            "No step barrier: the pending graph keeps growing",
+            f"the pending graph has {len(graph.nodes)} nodes and this cell ran no barrier{where}",
+            [top] if top is not None else [],
+            "",
+            [
+                "the next read or barrier compiles all of it at once: end each step (or each chunk "
+                "of work) with xm.mark_step()"
+            ],
+        )
 
     def findings_of_cell(self) -> list[Finding]:
         with self._lock:
