@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import copy
 import inspect
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -228,3 +230,28 @@ def test_outputs_aliasing_an_input_in_a_dynamic_graph(dev: torch.device) -> None
     got = f(yx, 2)[1]
     got.mul_(0)  # a view of the input, as in eager: the write reaches it
     assert float(yx[2:4].abs().sum().cpu()) == 0.0
+
+
+def test_backend_registers_when_dynamo_loads() -> None:
+    # ``import xlalab.dynamo`` does not pay for dynamo's import; torch.compile's import installs it.
+    script = (
+        "import sys, torch, xlalab, xlalab.dynamo\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+        "f = torch.compile(lambda x: (x * 2).relu(), backend='xlalab')\n"
+        "print(f(torch.tensor([-1.0, 2.0], device=xlalab.device())).cpu().tolist())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[0.0, 4.0]"
+
+
+def test_compiled_function_in_eager_mode(dev: torch.device) -> None:
+    from xlalab.experimental import eager_mode_context
+
+    f = torch.compile(lambda x: (x + 1).exp().sum(), backend="xlalab")
+    x = torch.arange(4.0)
+    with eager_mode_context(True):
+        got = f(x.to(dev))  # traced as one graph even in eager mode, then one program
+        again = f(x.to(dev))
+    torch.testing.assert_close(got.cpu(), (x + 1).exp().sum())
+    torch.testing.assert_close(again.cpu(), got.cpu())
