@@ -167,6 +167,9 @@ def test_graph_break_and_recompile_are_reported(dev: torch.device) -> None:
     assert {"graph_break", "dynamo_recompile", "dynamo_graph", "compile", "execute"} <= kinds
     recompile = next(e for e in seen if isinstance(e, dynamo.RecompileEvent))
     assert recompile.frames[0].line == call_line
+    text = dynamo.summary()
+    assert f"graph break at test_dynamo.py:{break_line}: Unsupported Tensor.item() call" in text
+    assert f"recompiled: `x.size(0)` changed 16 → 15, at test_dynamo.py:{call_line}" in text
 
 
 def test_explain_guard_in_plain_words() -> None:

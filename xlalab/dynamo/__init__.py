@@ -13,7 +13,8 @@ from then on. With torch_xla's module names installed (``xlalab.use_torch_xla_na
 ``torch_xla.core.dynamo_bridge``, which is :mod:`xlalab.dynamo.bridge`.
 
 :func:`compiled_functions` reports, per compiled function, its graphs, graph breaks (dynamo's
-reason and the user's line) and recompiles (the guard that failed, in plain words).
+reason and the user's line) and recompiles (the guard that failed, in plain words);
+:func:`summary` says the same in a few lines.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .report import (
     RecompileEvent,
     compiled_functions,
     explain_guard,
+    summary,
 )
 
 
@@ -58,4 +60,5 @@ __all__ = [
     "install_when_dynamo_loads",
     "register",
     "reset",
+    "summary",
 ]

@@ -100,6 +100,23 @@ def compiled_functions() -> list[FunctionReport]:
     return list(_FUNCTIONS.values())
 
 
+def summary() -> str:
+    """Every compiled function in a few lines: graphs, breaks (with lines), recompiles (in words)."""
+    lines: list[str] = []
+    for rep in _FUNCTIONS.values():
+        graphs = f"{rep.num_graphs} graph{'s' if rep.num_graphs != 1 else ''}"
+        lines.append(f"{rep.name} ({os.path.basename(rep.file)}:{rep.line}): {graphs}")
+        for reason, where in rep.breaks:
+            at = f"{os.path.basename(where.file)}:{where.line}" if where else "?"
+            lines.append(f"  graph break at {at}: {reason}")
+        for _, words, call in rep.recompiles:
+            at = f", at {os.path.basename(call.file)}:{call.line}" if call else ""
+            lines.append(f"  recompiled: {words}{at}")
+        for why in rep.lazy:
+            lines.append(f"  runs lazily: {why}")
+    return "\n".join(lines)
+
+
 def reset() -> None:
     """Forget every report (``xlalab.dynamo.reset()`` also resets dynamo's caches)."""
     _FUNCTIONS.clear()
