@@ -146,14 +146,18 @@ def _lowered_ops() -> set[Any]:
 
 
 @pytest.fixture(scope="module")
-def sweep(dev: torch.device) -> tuple[dict[str, str], set[Any]]:
+def sweep(dev: torch.device) -> Iterator[tuple[dict[str, str], set[Any]]]:
     dynamo.reset()
-    torch._dynamo.config.recompile_limit = 64  # one function per chunk, compiled once each
-    problems: dict[str, str] = {}
-    for chunk in _chunks():
-        problems.update(_run_chunk(chunk, dev))
-        xlalab.mark_step()
-    return problems, _lowered_ops()
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = 64  # the halves of a chunk are new functions, but be safe
+    try:
+        problems: dict[str, str] = {}
+        for chunk in _chunks():
+            problems.update(_run_chunk(chunk, dev))
+            xlalab.mark_step()
+        yield problems, _lowered_ops()
+    finally:
+        torch._dynamo.config.recompile_limit = limit
 
 
 def test_opinfo_samples_compiled_match_eager(sweep: tuple[dict[str, str], set[Any]]) -> None:
