@@ -193,3 +193,16 @@ def test_sign_of_negative_zero_is_positive_zero() -> None:
     _assert_same(
         lambda d: (torch.sign(torch.tensor(values, device=d)), torch.sgn(torch.tensor(values, device=d)))
     )
+
+
+def test_topk_smallest_puts_nan_last() -> None:
+    values = [[NAN, 0.0, NAN], [2.0, NAN, -1.0]]
+    _assert_same(lambda d: torch.topk(torch.tensor(values, device=d), 2, dim=1, largest=False))
+
+
+def test_adding_integer_zero_turns_negative_zero_positive() -> None:
+    def program(d: torch.device) -> tuple[torch.Tensor, ...]:
+        x = torch.tensor([-0.0, 0.0, 1.5, NAN], device=d)
+        return x + 0, torch.add(x, False), x.clone().add_(0)
+
+    _assert_same(program)

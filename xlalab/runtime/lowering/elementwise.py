@@ -93,6 +93,9 @@ def compute_float(x: Array) -> Array:
 
 @lowering(aten.add.Tensor, aten.add.Scalar)
 def _add(x: Array, other: Array | Scalar, alpha: Scalar = 1) -> Array:
+    if is_number(other, 0) and isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating):
+        # XLA folds x + 0 to x, keeping -0.0; IEEE (and torch) give -0.0 + 0 == +0.0.
+        return jnp.where(x == 0, jnp.zeros((), x.dtype), x)
     return x + scaled(other, alpha)
 
 

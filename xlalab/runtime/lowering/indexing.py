@@ -388,10 +388,12 @@ def _topk(x: Array, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
     dim = _dim(dim, x.ndim)
     moved = jnp.moveaxis(x, dim, -1)
     if largest:
-        keys = moved
+        _, order = lax.top_k(moved, k)
+    elif jnp.issubdtype(x.dtype, jnp.floating):
+        # Smallest first, NaN last (torch orders NaN as the largest value): an ascending
+        # sort, since negated keys would rank NaN first.
+        order = jnp.argsort(moved, axis=-1, stable=True)[..., :k]
     else:
-        # Order-reversing keys: negation for floats, bitwise not for integers (no overflow).
-        keys = -moved if jnp.issubdtype(x.dtype, jnp.floating) else jnp.invert(moved)
-    _, order = lax.top_k(keys, k)
+        _, order = lax.top_k(jnp.invert(moved), k)  # order-reversing keys, no overflow
     values = jnp.take_along_axis(moved, order, axis=-1)
     return jnp.moveaxis(values, -1, dim), jnp.moveaxis(order.astype(jnp.int64), -1, dim)
