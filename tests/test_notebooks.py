@@ -211,7 +211,7 @@ def test_batch_size_change_warns_with_shapes_and_line(run_example: Any) -> None:
     assert "xlalab: Recompiled: an input's shape changed (once)" in w, w
     assert "data: f32[16,8] → f32[15,8]" in w
     assert f"sent to the device at {at(step, 'data.to(dev)')}" in w
-    assert f"at {at(step, 'xm.mark_step()')} in train_step" in w
+    assert f"{at(step, 'xm.mark_step()')} in train_step" in w  # context, after the line that made the input
     assert f"{at(changed, 'loss = train_step(data, target)')} in <module>" in w
     assert w.count("xlalab: ") == 1
 

@@ -161,7 +161,10 @@ class XlaMagics(Magics):
         __tracebackhide__ = True
         shell = self.shell
         source = "\n" + shell.transform_cell(cell)
-        filename = shell.compile.cache(source, shell.execution_count, raw_code="\n" + cell)
+        # The running cell's number as the session knows it (IPython 9 has already counted the
+        # next cell by now): the traceback then says "Cell In[N]" as for any other cell.
+        number = self.session.cells.current or shell.execution_count
+        filename = shell.compile.cache(source, number, raw_code="\n" + cell)
         tree = ast.parse(source, filename)
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import linecache
 import logging
+import sys
 import warnings
 from typing import Any
 
@@ -123,6 +124,15 @@ class LabSession:
             if line is None:
                 line = linecache.getline(filename, lineno)
             filename = f"cell [{cell[0]}]"
+        if self._showwarning is getattr(warnings, "_showwarning_orig", None):
+            # What the stock showwarning does, written here: it would hand the message to the
+            # module's current sink, which a surrounding recorder (pytest's) may have replaced.
+            target = sys.stderr if file is None else file
+            try:
+                target.write(warnings.formatwarning(message, category, filename, lineno, line))
+            except OSError:
+                pass  # a closed stream, as the stock one tolerates
+            return
         self._showwarning(message, category, filename, lineno, file, line)
 
     # ---- cells

@@ -35,10 +35,10 @@ from . import (
     ir,
     metrics,
     promotion,
+    sharding,  # SPMD: shardings of leaves, pinned outputs and constraints
 )
 from .dtypes import to_jnp
 from .frames import user_frames
-from . import sharding  # SPMD: shardings of leaves, pinned outputs and constraints
 from .ir import Node
 from .log import vlog
 from .lowering.registry import LOWERINGS
