@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import os
+
+# An analysis that fails in a debugging layer fails the test that caused it (users get a log line).
+os.environ.setdefault("XLALAB_ANALYSIS_ERRORS", "raise")
+
 import pytest
 import torch
 

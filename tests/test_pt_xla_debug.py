@@ -558,14 +558,18 @@ def test_an_analysis_failure_warns_users_and_fails_tests(
 
     monkeypatch.setattr(pxd, "signature", broken)
     before = len(analysis_errors.FAILURES)
-    monkeypatch.setenv("XLALAB_ANALYSIS_ERRORS", "")
-    _workload(dev, 31)  # the user's program goes on
-    assert "pt-xla-profiler: internal error while analysing SyncEvent" in debug()
-    assert "broken analysis" in analysis_errors.FAILURES[before]
-    del analysis_errors.FAILURES[before:]
-    monkeypatch.setenv("XLALAB_ANALYSIS_ERRORS", "raise")
-    with pytest.raises(RuntimeError, match="broken analysis"):
-        _workload(dev, 32)
+    setting = config.get("XLALAB_ANALYSIS_ERRORS")
+    config.set("XLALAB_ANALYSIS_ERRORS", "log")
+    try:
+        _workload(dev, 31)  # the user's program goes on
+        assert "pt-xla-profiler: internal error while analysing SyncEvent" in debug()
+        assert "broken analysis" in analysis_errors.FAILURES[before]
+        del analysis_errors.FAILURES[before:]
+        config.set("XLALAB_ANALYSIS_ERRORS", "raise")
+        with pytest.raises(RuntimeError, match="broken analysis"):
+            _workload(dev, 32)
+    finally:
+        config.set("XLALAB_ANALYSIS_ERRORS", setting)
     monkeypatch.undo()
     xlalab.mark_step()  # what the raise left pending
     del analysis_errors.FAILURES[before:]

@@ -10,6 +10,7 @@ from __future__ import annotations
 # XLA_SAVE_TENSORS_FILE, ...), so a script needs nothing but `import xlalab`.
 from . import amp as amp  # torch.autocast("xla") works after a plain `import xlalab`
 from . import debug as debug
+from . import dynamo as dynamo  # backend="xlalab" / "openxla" for torch.compile (dynamo loads lazily)
 from .compat import use_torch_xla_names as use_torch_xla_names  # also installs the weight-tying check
 from .runtime import device, devices, mark_step, sync, wait_device_ops
 

@@ -11,8 +11,9 @@ that hit an analysis bug fails with its traceback. Every failure is also kept in
 from __future__ import annotations
 
 import logging
-import os
 import traceback
+
+from xlalab.runtime import config
 
 __all__ = ["FAILURES", "failed", "strict"]
 
@@ -21,7 +22,7 @@ FAILURES: list[str] = []
 
 
 def strict() -> bool:
-    return os.environ.get("XLALAB_ANALYSIS_ERRORS", "").lower() == "raise"
+    return str(config.get("XLALAB_ANALYSIS_ERRORS")).lower() == "raise"
 
 
 def failed(layer: str, event: object, error: BaseException, *, log: bool = True) -> None:

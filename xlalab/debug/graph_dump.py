@@ -48,7 +48,7 @@ import jax
 import numpy as np
 import torch
 
-from xlalab.runtime import config, ir
+from xlalab.runtime import config, ir, sharding
 from xlalab.runtime import graph as _graph
 from xlalab.runtime.dtypes import short_name, to_jnp
 from xlalab.runtime.frames import Frame
@@ -213,6 +213,9 @@ class _Table:
             # Not its value: the same graph must print the same text at every step (a changing
             # learning rate or RNG offset does not recompile), so dumps of two syncs diff cleanly.
             attrs.append("input=scalar")
+        spec = sharding.node_sharding(n)
+        if spec is not None:
+            attrs.append(f"sharding={spec}")  # SPMD: how the value is split over the mesh
         frames: tuple[Frame, ...] = tuple(n.frames or ())
         if frames:
             attrs.append(f"location={_location(frames[0])}")

@@ -70,8 +70,6 @@ def install() -> None:
     _capturable_optimizers_on_xla()
     for name in _INFRASTRUCTURE:
         trace_rules.add(name)
-    if not hasattr(XlaTensor, "__coerce_same_metadata_as_tangent__"):
-        XlaTensor.__coerce_same_metadata_as_tangent__ = _same_tangent  # type: ignore[attr-defined]
     from .backend import register
 
     register()
@@ -97,11 +95,6 @@ def _capturable_optimizers_on_xla() -> None:
         original(self, tx)
 
     OptimizerVariable._set_capturable = set_capturable  # type: ignore[method-assign]
-
-
-def _same_tangent(self: Any, expected_metadata: Any, expected_type: Any = None) -> Any:
-    """An xla gradient stands for the plain tensor AOTAutograd traced it as."""
-    return self
 
 
 class _WhenDynamoLoads(importlib.abc.MetaPathFinder):

@@ -121,6 +121,15 @@ declare(
     "Use the persistent compilation cache without adding to it (a cache shared by several jobs).",
 )
 declare(
+    "XLALAB_ANALYSIS_ERRORS",
+    str,
+    "log",
+    "What the debugging layers do when their own analysis of an event fails: log one line and let "
+    "the program go on (log), or raise it in the code that caused the event (raise; the test suite "
+    "runs so).",
+    choices=("log", "raise"),
+)
+declare(
     "XLALAB_CHECK_INDICES",
     bool,
     False,

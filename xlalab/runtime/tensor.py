@@ -138,6 +138,11 @@ class XlaTensor(torch.Tensor):
             _run_now()
         return out
 
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata: Any, expected_type: Any = None) -> Any:
+        # AOTAutograd (compiled mode) asks a tangent to match its forward's metadata: an xla
+        # tensor's layout carries nothing more to coerce.
+        return self
+
     def storage(self) -> Any:  # type: ignore[override]
         # safetensors (HF save_pretrained) asks each tensor for its host storage and expects
         # this error for tensors that have none.
