@@ -534,8 +534,29 @@ def draw_inplace_tensor(draw: Draw, env: list[Value]) -> Picked | None:
     a = pick(draw, env, lambda v: v.writable)
     if a is None:
         return None
-    b = pick(draw, env, lambda v: broadcastable(v.shape, env[a].shape) and len(v.shape) <= len(env[a].shape))
+    target = env[a]
+
+    def fits(v: Value) -> bool:
+        return (
+            broadcastable(v.shape, target.shape)
+            and len(v.shape) <= len(target.shape)
+            and _cast_defined(v, target)
+        )
+
+    b = pick(draw, env, fits)
     return None if b is None else ((a, b), {})
+
+
+def _cast_defined(src: Value, dst: Value) -> bool:
+    """Whether writing ``src`` into ``dst`` (copy_ casts) has a defined result in C++.
+
+    Float to int of NaN, infinity or an out-of-range value is undefined (see draw_cast);
+    so is a negative float into an unsigned or narrow int: only int32/int64 of tame floats,
+    and only exact ones (truncation is discrete, like any float-to-int cast).
+    """
+    if not src.is_float or dst.is_float or dst.dtype == "bool":
+        return True
+    return dst.dtype in ("int32", "int64") and not src.special and src.exact
 
 
 def draw_fill(draw: Draw, env: list[Value]) -> Picked | None:
