@@ -687,3 +687,51 @@ def test_analysis_names_a_changed_baked_integer_with_both_values(
         f"an integer baked into the graph: aten::slice end created at {__file__}:{line} (_head) "
         "(keep it constant, or pass it as a tensor): 2 -> 3, 3 -> 4, 4 -> 5, ..."
     ) in report, report
+
+
+# --------------------------------------------------------------------------- compiled mode
+
+
+def _scaled_softplus(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.softplus(x @ w) * 0.5
+
+
+def test_compiled_mode_prints_dynamos_causes(dev: torch.device, debug: Callable[[], str]) -> None:
+    import xlalab.dynamo as dynamo
+
+    dynamo.reset()
+    step = torch.compile(_scaled_softplus, backend="xlalab")
+    x, w = torch.randn(4, 6), torch.randn(6, 3)
+    first = step(x.to(dev), w.to(dev))  # COMPILED-CALL-1
+    compiled = parse_blocks(debug())
+    second = step(x.to(dev), w.to(dev))  # COMPILED-CALL-2
+    executed = parse_blocks(debug())
+    torch.testing.assert_close(first.cpu(), _scaled_softplus(x, w))
+    torch.testing.assert_close(second.cpu(), _scaled_softplus(x, w))
+
+    kinds = [b.kind for b in compiled]
+    assert kinds[:3] == ["Compilation", "Post Compilation", "Execution"], kinds
+    comp, post, exe = compiled[:3]
+    assert comp.cause == ["dynamo is compiling a FX graph to HLO"]
+    assert exe.cause == ["dynamo is executing a compiled program"]
+    assert comp.graph_hash == exe.graph_hash and comp.inputs >= 2 and comp.outputs >= 1
+    assert post.sizes["Graph output size"] >= 0
+    assert (__file__, _line_of("COMPILED-CALL-1")) in [f[1:] for f in comp.frames]
+    # The second call reuses the program: an Execution block alone, at the user's line.
+    assert [b.kind for b in executed] == ["Execution"]
+    assert executed[0].cause == ["dynamo is executing a compiled program"]
+    assert executed[0].graph_hash == comp.graph_hash
+    assert (__file__, _line_of("COMPILED-CALL-2")) in [f[1:] for f in executed[0].frames]
+
+
+def test_compiled_mode_level_1_prints_compilations_only(dev: torch.device, debug: Callable[[], str]) -> None:
+    import xlalab.dynamo as dynamo
+
+    dynamo.reset()
+    config.set("PT_XLA_DEBUG_LEVEL", 1)
+    step = torch.compile(_scaled_softplus, backend="xlalab")
+    step(torch.randn(5, 6).to(dev), torch.randn(6, 3).to(dev))
+    blocks = parse_blocks(debug())
+    assert [b.kind for b in blocks] == ["Compilation", "Post Compilation"]
+    assert blocks[0].cause == ["dynamo is compiling a FX graph to HLO"]
+    assert " 1 compilations (" in pxd.report()  # counted in the exit summary

@@ -17,6 +17,11 @@ Settings (``xlalab.runtime.config``; environment at start, ``config.set`` at run
 ``PT_XLA_DEBUG_MAX_FRAME``
     How many Python frames each block shows (the runtime records at most 8 per event).
 
+Compiled mode (``torch.compile(backend="xlalab")``) gets torch_xla's causes for it: a graph
+compiled for dynamo prints its Compilation block with "dynamo is compiling a FX graph to HLO"
+when it is compiled, and each run of a compiled program an Execution block with "dynamo is
+executing a compiled program" (level 2).
+
 The block layout is torch_xla 2.9's, line for line, so parsers written for it read ours.
 The causes come from the runtime's sync reason, which is exact, so where torch_xla
 guesses ("most likely ...") an ``xlalab:`` line under the cause says what really happened.
@@ -110,6 +115,11 @@ _ACCESS_SHORT = {
 
 # Ops whose output shape depends on the data: besides running on the CPU, they change the
 # shapes of everything computed from them, which is a classic source of recompilation.
+# Compiled mode (xlalab.dynamo): the compile reason its backend gives the runtime, and the reason
+# its execute events carry (read by name: the debugger does not import the dynamo package).
+_DYNAMO_COMPILE = "dynamo_compile"
+_DYNAMO_EXECUTE = "dynamo"
+
 _DYNAMIC_SHAPE_OPS = {"aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique2"}
 
 
@@ -473,7 +483,11 @@ def _steps() -> int:
 
 def _handle(ev: events.Event) -> None:
     st = _S.stats
-    if isinstance(ev, events.CompileEvent):
+    if isinstance(ev, events.CompileEvent) and ev.reason == _DYNAMO_COMPILE:
+        _dynamo_compile(ev)
+    elif isinstance(ev, events.ExecuteEvent) and getattr(ev, "reason", "") == _DYNAMO_EXECUTE:
+        _dynamo_execute(ev)
+    elif isinstance(ev, events.CompileEvent):
         old = _S.pending.get(threading.get_ident())
         if old is not None and old.compile is not None and not old.compile.cached:
             _record_compile(old.compile, _steps())  # its execution failed: count it anyway
@@ -528,6 +542,41 @@ def _handle(ev: events.Event) -> None:
             st.transfers[site] += 1
             st.transfer_steps[site].add(step)
             st.transfer_total += 1
+
+
+def _dynamo_compile(ev: events.CompileEvent) -> None:
+    """Compiled mode compiles a graph when dynamo hands it over, with no barrier and no sync
+    event after it: the Compilation and Post Compilation blocks are printed right away."""
+    st = _S.stats
+    if ev.cached:
+        st.cached += 1
+        return
+    st.compiles += 1
+    st.compile_seconds += ev.seconds
+    if ev.seconds > SLOW_COMPILE_SECONDS:
+        st.slow_compiles[_site(ev.frames)].append(ev.seconds)
+    if not _blocks_on():
+        return
+    info = _graph_info(ev.graph, ev.graph_hash, 0)
+    mem = _memory(ev.graph) if ev.graph is not None else (0, 0, 0, 0, 0)
+    out = _analysis_block("Compilation", ["  dynamo is compiling a FX graph to HLO"], info, ev.frames)
+    out += f"\nComputation hash: {_computation_hash(ev.graph, ev.graph_hash)}\n"
+    out += _post_compilation_block(mem)
+    _flush_held()
+    _emit(out)
+
+
+def _dynamo_execute(ev: events.ExecuteEvent) -> None:
+    """One run of a compiled program: an Execution block at level 2, as torch_xla prints it."""
+    st = _S.stats
+    st.executions += 1
+    if ev.seconds > SLOW_EXECUTE_SECONDS:
+        st.slow_executes[_site(ev.frames)].append(ev.seconds)
+    if _blocks_on() and _S.level >= 2:
+        graph = getattr(ev, "graph", None)
+        info = _graph_info(graph, ev.graph_hash, 0)
+        _flush_held()
+        _emit(_analysis_block("Execution", ["  dynamo is executing a compiled program"], info, ev.frames))
 
 
 def _no_barrier(nodes: int) -> None:
