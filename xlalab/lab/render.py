@@ -18,8 +18,14 @@ from xlalab.runtime import metrics
 from .cells import CellMap
 from .watcher import ITEM_OP, Finding
 
-_ICON = {"recompile": "⟳", "fallback": "⇣", "transfer": "⇄", "no_barrier": "∞"}
-_COLOR = {"recompile": "#b45309", "fallback": "#b91c1c", "transfer": "#1d4ed8", "no_barrier": "#7c2d12"}
+_ICON = {"recompile": "⟳", "fallback": "⇣", "transfer": "⇄", "no_barrier": "∞", "graph_break": "✂"}
+_COLOR = {
+    "recompile": "#b45309",
+    "fallback": "#b91c1c",
+    "transfer": "#1d4ed8",
+    "no_barrier": "#7c2d12",
+    "graph_break": "#6d28d9",
+}
 
 
 def _times(n: int) -> str:

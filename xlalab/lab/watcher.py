@@ -6,6 +6,8 @@ One ``Watcher`` per loaded extension subscribes to the event bus and
   the graphs compiled there, so a new compilation that is a *variant* of an earlier one
   becomes a recompilation finding that says what changed (an input's shape and the name of
   the variable that holds it, the first differing op, a value baked into the graph);
+- in compiled mode, turns dynamo's graph breaks (its reason, the user's line) and recompiles
+  (the guard that failed, in plain words) into findings;
 - turns CPU fallbacks and reads that cut a step (``.item()``, ``print``, ``.cpu()`` of a
   pending tensor) into findings counted per source line;
 - hands every event, in the comm protocol's JSON shape, to its listeners (the JupyterLab
@@ -46,6 +48,11 @@ ACCESS_REASONS = {
 ITEM_OP = "aten::_local_scalar_dense"  # the .item() read, reported as a transfer, not a fallback
 DYNAMIC_SHAPE_OPS = {"aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique2"}
 KEEP_GRAPHS = 32
+# Compiled mode (xlalab.dynamo) events, told apart by kind and compile reason: the watcher reads
+# their fields by name, so the notebook layer does not import the dynamo package.
+GRAPH_BREAK = "graph_break"
+DYNAMO_RECOMPILE = "dynamo_recompile"
+DYNAMO_COMPILE = "dynamo_compile"
 READ_ADVICE = (
     "read the value after xm.mark_step(), or keep it on the device (accumulate a tensor, read it once)"
 )
@@ -57,7 +64,7 @@ class Finding:
     """A warning the notebook shows: a recompilation, a CPU fallback or a read that cut a step."""
 
     id: int
-    category: str  # recompile | fallback | transfer
+    category: str  # recompile | fallback | transfer | no_barrier | graph_break
     title: str
     message: str
     frames: list[Frame]
@@ -274,6 +281,10 @@ class Watcher:
             finding = self._on_sync(ev)
         elif isinstance(ev, events.FallbackEvent):
             finding = self._on_fallback(ev)
+        elif ev.kind == GRAPH_BREAK:
+            finding = self._on_graph_break(ev)
+        elif ev.kind == DYNAMO_RECOMPILE:
+            finding = self._on_dynamo_recompile(ev)
         elif isinstance(ev, events.TransferEvent) and ev.direction == "to_device":
             frames = self.cells.user_frames(ev.frames)
             if frames:
@@ -320,6 +331,12 @@ class Watcher:
         return f
 
     def _on_compile(self, ev: events.CompileEvent) -> Finding | None:
+        if ev.reason == DYNAMO_COMPILE:
+            # Dynamo decides when a compiled function recompiles and says why (a RecompileEvent):
+            # its graphs are kept for the viewer but never compared as lazy-mode variants.
+            if not ev.cached and ev.graph is not None:
+                self._keep_graph(ev)
+            return None
         site_frame = ev.frames[0] if ev.frames else None
         site = self._sites.setdefault(site_frame, _Site())
         if ev.cached:
@@ -330,10 +347,7 @@ class Watcher:
         graph = ev.graph
         if graph is None:
             return None
-        self.graphs[hex_hash(ev.graph_hash)] = strip_graph(graph)
-        self.graphs.move_to_end(hex_hash(ev.graph_hash))
-        while len(self.graphs) > KEEP_GRAPHS:
-            self.graphs.popitem(last=False)
+        self._keep_graph(ev)
         sig = graph_diff.signature(graph)
         previous, site.signature = site.signature, sig
         previous_hash, site.graph_hash = site.graph_hash, ev.graph_hash
@@ -381,6 +395,50 @@ class Watcher:
         )
         finding.previous_graph_hash = hex_hash(previous_hash)
         return finding
+
+    def _keep_graph(self, ev: events.CompileEvent) -> None:
+        self.graphs[hex_hash(ev.graph_hash)] = strip_graph(ev.graph)
+        self.graphs.move_to_end(hex_hash(ev.graph_hash))
+        while len(self.graphs) > KEEP_GRAPHS:
+            self.graphs.popitem(last=False)
+
+    def _on_graph_break(self, ev: events.Event) -> Finding:
+        """Dynamo ended a compiled function's graph early: its reason, at the user's line."""
+        function, reason = getattr(ev, "function", ""), getattr(ev, "reason", "")
+        frames = self.cells.user_frames(ev.frames)
+        where = frames[0] if frames else None
+        return self._finding(
+            ("graph_break", function, where, reason),
+            "graph_break",
+            f"Graph break in {function}",
+            reason,
+            frames,
+            "",
+            [
+                "the function runs as several graphs, with Python (and eager ops) in between: "
+                "move the line out of the compiled function, or replace it with tensor ops"
+            ],
+        )
+
+    def _on_dynamo_recompile(self, ev: events.Event) -> Finding:
+        """Dynamo compiled a function again: the guard that failed, in plain words."""
+        function = getattr(ev, "function", "")
+        words, guard = getattr(ev, "explanation", ""), getattr(ev, "guard", "")
+        frames = self.cells.user_frames(ev.frames)
+        details = [f"dynamo's failed guard: {guard.strip().splitlines()[0]}"] if guard.strip() else []
+        details.append(
+            "every new value compiles the function again: keep it fixed from call to call, or mark "
+            "a changing size dynamic (torch._dynamo.mark_dynamic(x, dim))"
+        )
+        return self._finding(
+            ("dynamo_recompile", function, words),
+            "recompile",
+            f"Recompiled {function}",
+            words or guard,
+            frames,
+            "",
+            details,
+        )
 
     def _label(self, f: Frame | None) -> str:
         return "an unknown place" if f is None else self.cells.label(f)
