@@ -3,13 +3,19 @@
 - a graph break in a ``torch.compile(backend="xlalab")`` function is a finding at the cell's
   end with dynamo's reason and the user's line; a recompile says the failed guard in plain
   words; both reach the panel's listeners as warnings;
+- ``%xla_sharding t`` draws which device holds which block of a sharded tensor (HTML and a
+  text table), and says what is wrong outside SPMD mode or for an unsharded tensor;
 - PT_XLA_DEBUG's blocks for compiled mode are tested in test_pt_xla_debug.py.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -71,3 +77,96 @@ def test_a_graph_break_and_a_recompile_are_cell_findings_and_warnings(shell: She
     assert warnings and "6 → 5" in warnings[-1]["message"]
     # The same shapes again: quiet.
     assert "xlalab:" not in shell.ok("r = f(torch.ones(5, 3).to(dev))")
+
+
+# --------------------------------------------------------------------------- %xla_sharding
+
+# SPMD needs its 8 devices before JAX starts, so the shell runs in a process of its own.
+SHARDING_SCRIPT = '''
+import json
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+sh = InteractiveShell.instance()
+sh.run_cell("%load_ext xlalab")
+out = {}
+
+def run(name, code):
+    with capture_output() as cap:
+        r = sh.run_cell(code)
+    err = r.error_in_exec or r.error_before_exec
+    out[name] = {
+        "error": None if err is None else f"{type(err).__name__}: {err}",
+        "bundles": [o.data for o in cap.outputs],
+    }
+
+run("before_spmd", "import torch, xlalab\\nt = torch.ones(4, 4).to('xla')\\n%xla_sharding t")
+run("setup", """
+import numpy as np
+xlalab.use_torch_xla_names()
+import torch_xla.runtime as xr, torch_xla.distributed.spmd as xs
+xr.use_spmd()
+mesh = xs.Mesh(np.arange(8), (4, 2), ("data", "model"))
+w = torch.randn(8, 4).to('xla')
+xs.mark_sharding(w, mesh, ("data", "model"))
+rows = torch.randn(16, 6).to('xla')
+xs.mark_sharding(rows, mesh, ("data", None))
+plain = torch.ones(3, 3).to('xla')
+cube = torch.ones(8, 2, 2).to('xla')
+xs.mark_sharding(cube, mesh, ("data", None, "model"))
+""")
+run("w", "%xla_sharding w")
+run("rows", "%xla_sharding rows")
+run("plain", "%xla_sharding plain")
+run("cube", "%xla_sharding cube")
+run("missing", "%xla_sharding nope")
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def sharding_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    script = tmp_path_factory.mktemp("sharding") / "sharding_shell.py"
+    script.write_text(SHARDING_SCRIPT)
+    env = {**os.environ, "XLA_NUM_DEVICES": "8", "PJRT_DEVICE": "CPU"}
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, str(script)], env=env, cwd=root, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_xla_sharding_draws_which_device_holds_which_block(sharding_run: dict[str, Any]) -> None:
+    assert sharding_run["setup"]["error"] is None
+    w = sharding_run["w"]
+    assert w["error"] is None and len(w["bundles"]) == 1
+    html, text = w["bundles"][0]["text/html"], w["bundles"][0]["text/plain"]
+    # A 4x2 mesh over an 8x4 tensor: 4 rows of 2 blocks, device i at block (i // 2, i % 2).
+    assert html.count("<tr>") == 4 and html.count("<td") == 8
+    assert "{devices=[4,2]0,1,2,3,4,5,6,7}" in html
+    table_rows = [line for line in text.splitlines() if "CPU" in line]
+    assert [r.split() for r in table_rows] == [
+        ["│", "CPU", "0", "│", "CPU", "1", "│"],
+        ["│", "CPU", "2", "│", "CPU", "3", "│"],
+        ["│", "CPU", "4", "│", "CPU", "5", "│"],
+        ["│", "CPU", "6", "│", "CPU", "7", "│"],
+    ]
+    # Sharded on rows only: each row block is held by the 2 devices of the "model" axis.
+    rows = sharding_run["rows"]["bundles"][0]
+    assert rows["text/html"].count("<td") == 4
+    assert [line.split()[1:3] for line in rows["text/plain"].splitlines() if "CPU" in line] == [
+        ["CPU", "0,1"], ["CPU", "2,3"], ["CPU", "4,5"], ["CPU", "6,7"]
+    ]  # fmt: skip
+
+
+def test_xla_sharding_bad_input_is_a_clear_usage_error(sharding_run: dict[str, Any]) -> None:
+    before = sharding_run["before_spmd"]["error"]
+    assert before.startswith("UsageError: %xla_sharding needs SPMD mode") and "use_spmd()" in before
+    plain = sharding_run["plain"]["error"]
+    assert plain.startswith("UsageError: plain has no sharding") and "xs.mark_sharding(plain, mesh" in plain
+    cube = sharding_run["cube"]["error"]
+    assert cube.startswith("UsageError:") and "3 dimensions" in cube
+    assert sharding_run["missing"]["error"].startswith("UsageError: no variable named 'nope'")
+    assert all(not r["bundles"] for k, r in sharding_run.items() if k in ("plain", "cube", "missing"))

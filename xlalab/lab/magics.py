@@ -1,4 +1,5 @@
-"""The IPython magics: %xla_graph, %xla_metrics / %%xla_metrics, %xla_debug, %xla_counters, %xla_step.
+"""The IPython magics: %xla_graph, %xla_metrics / %%xla_metrics, %xla_debug, %xla_counters, %xla_step,
+%xla_sharding.
 
 Each parses its arguments with IPython's magic_arguments (so ``%xla_graph?`` shows the
 usage, and ``--help`` prints it), says what is wrong with bad input as a UsageError (no
@@ -8,6 +9,8 @@ traceback, the kernel lives on), and shows its result as a MIME bundle.
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 import shlex
 from typing import Any
 
@@ -249,4 +252,42 @@ class XlaMagics(Magics):
         except (ValueError, TypeError) as e:
             raise UsageError(str(e)) from None
         display(widget)
+        return None
+
+    # ------------------------------------------------------------------ %xla_sharding
+    @magic_arguments()
+    @argument("tensor", help="a sharded xla tensor (a variable or an expression), 1-D or 2-D")
+    @line_magic
+    def xla_sharding(self, line: str) -> None:
+        """Show which device holds which block of a sharded tensor (SPMD mode), as a table."""
+        if _wants_help(line):
+            return _usage(self.xla_sharding)
+        args = parse_argstring(self.xla_sharding, line)
+        from xlalab.distributed.spmd import debugging
+        from xlalab.distributed.spmd.xla_sharding import XLAShardedTensor, is_spmd, sharding_of
+
+        if not is_spmd():
+            raise UsageError(
+                "%xla_sharding needs SPMD mode: call torch_xla.runtime.use_spmd() (xr.use_spmd()) "
+                "before creating tensors, then shard them with xs.mark_sharding(t, mesh, partition_spec)"
+            )
+        t = self._tensor(args.tensor)
+        if isinstance(t, XLAShardedTensor):
+            t = t.global_tensor
+        if not isinstance(t, torch.Tensor) or t.device.type != "xla":
+            where = getattr(t, "device", type(t).__name__)
+            raise UsageError(f"{args.tensor} is not an xla tensor ({where}): only xla tensors are sharded")
+        if sharding_of(t) is None:
+            raise UsageError(
+                f"{args.tensor} has no sharding (each device holds all of it): shard it with "
+                f"xs.mark_sharding({args.tensor}, mesh, partition_spec)"
+            )
+        try:
+            html = debugging.tensor_sharding_html(t)
+            text = io.StringIO()
+            with contextlib.redirect_stdout(text):  # the rich table, drawn without colour
+                debugging.visualize_tensor_sharding(t, use_color=False)
+        except ValueError as e:  # more than 2 dimensions
+            raise UsageError(str(e)) from None
+        display({"text/plain": text.getvalue(), "text/html": html}, raw=True)
         return None
