@@ -170,3 +170,39 @@ def test_xla_sharding_bad_input_is_a_clear_usage_error(sharding_run: dict[str, A
     assert cube.startswith("UsageError:") and "3 dimensions" in cube
     assert sharding_run["missing"]["error"].startswith("UsageError: no variable named 'nope'")
     assert all(not r["bundles"] for k, r in sharding_run.items() if k in ("plain", "cube", "missing"))
+
+
+# --------------------------------------------------------------------------- %xla_graph on compiled functions
+
+
+def test_xla_graph_shows_a_compiled_functions_fx_graphs_and_hlo(shell: Shell) -> None:
+    from xlalab.runtime import metrics
+
+    shell.ok(COMPILED.replace("scale_rows", "scale_cols").replace("dim=1", "dim=0"))
+    defined = shell.sh.execution_count - 1
+    shell.ok('f = torch.compile(scale_cols, backend="xlalab")\nr = f(torch.ones(4, 7).to(dev))')
+    before = dict(metrics.COUNTERS)
+    out = shell.ok("%xla_graph f")
+    assert dict(metrics.COUNTERS) == before  # lowering only: nothing compiled, ran or synced
+    assert out.startswith(f"scale_cols (cell [{defined}], line 6): 2 graphs")
+    assert f"graph break at cell [{defined}], line 8:" in out
+    # Each graph: dynamo's FX code, the aten graph, and the HLO of its program at the shapes it ran.
+    assert "=== graph 0 (2 ops): FX graph" in out and "torch.tanh(" in out
+    assert "=== graph 0: forward (aten)" in out and "aten.tanh.default" in out
+    hlo0 = out.split("=== graph 0: forward HLO", 1)[1].split("===", 1)[0]
+    assert "f32[4,7]" in hlo0 and "tanh(" in hlo0
+    hlo1 = out.split("=== graph 1: forward HLO", 1)[1]
+    assert "reduce(" in hlo1 and "f32[7]" in hlo1
+    # The same report, from xlalab.dynamo.compiled_functions(), as StableHLO.
+    reports = "[r for r in xlalab.dynamo.compiled_functions() if r.name == 'scale_cols'][0]"
+    shell.ok(f"rep = {reports}")
+    stable = shell.ok("%xla_graph rep --format stablehlo")
+    assert "=== graph 0: forward StableHLO" in stable and "stablehlo.tanh" in stable
+
+
+def test_xla_graph_on_a_compiled_function_says_what_is_wrong(shell: Shell) -> None:
+    shell.ok(COMPILED.replace("scale_rows", "scale_both"))
+    shell.ok('f = torch.compile(scale_both, backend="xlalab")\nr = f(torch.ones(2, 2).to(dev))')
+    assert "compiled function's graphs show as text" in str(shell.error("%xla_graph f --format dot"))
+    shell.ok('g = torch.compile(lambda x: x + 1, backend="xlalab")')
+    assert "call it once" in str(shell.error("%xla_graph g"))

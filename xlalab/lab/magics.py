@@ -36,6 +36,29 @@ def _usage(fn: Any) -> None:
     print(fn.__doc__)
 
 
+def _compiled_report(expr: str, value: Any) -> Any:
+    """The ``FunctionReport`` of a compiled function (or the report itself); None for anything
+    that is not compiled (a tensor). A compiled function that never ran has no graphs yet."""
+    if type(value).__module__.startswith("xlalab.dynamo") and hasattr(value, "graphs"):
+        return value
+    fn = getattr(value, "_torchdynamo_orig_callable", None)
+    module = getattr(value, "_orig_mod", None)
+    if isinstance(module, torch.nn.Module):
+        fn = type(module).forward  # dynamo records a compiled module under its forward
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    from xlalab.dynamo import compiled_functions
+
+    for report in compiled_functions():
+        if report.file == code.co_filename and report.line == code.co_firstlineno:
+            return report
+    raise UsageError(
+        f"{expr} is compiled but dynamo has not compiled it yet (or not with backend='xlalab'): "
+        "call it once, then %xla_graph shows its graphs"
+    )
+
+
 @magics_class
 class XlaMagics(Magics):
     shell: Any
@@ -95,10 +118,16 @@ class XlaMagics(Magics):
     )
     @line_magic
     def xla_graph(self, line: str) -> None:
-        """Show the pending IR graph of xla tensors, without running anything."""
+        """Show the pending IR graph of xla tensors, without running anything; for a compiled
+        function (torch.compile(..., backend="xlalab"), or an item of
+        xlalab.dynamo.compiled_functions()), its FX graphs and the HLO compiled for them."""
         if _wants_help(line):
             return _usage(self.xla_graph)
         args = parse_argstring(self.xla_graph, line)
+        if len(args.tensors) == 1 and not args.all:
+            report = _compiled_report(args.tensors[0], self._tensor(args.tensors[0]))
+            if report is not None:
+                return self._show_compiled(report, args)
         named = None if (args.all or not args.tensors) else self._named_tensors(args.tensors)
         try:
             graph, what = graphs.pending_graph(named)
@@ -117,6 +146,24 @@ class XlaMagics(Magics):
                 raise UsageError(f"--save {args.save}: {e.strerror or e}") from None
             print(f"saved the {args.format} dump to {args.save}")
         display(bundle, raw=True)
+
+    def _show_compiled(self, report: Any, args: Any) -> None:
+        if args.format not in ("text", "hlo", "stablehlo"):
+            raise UsageError(
+                f"--format {args.format}: a compiled function's graphs show as text (FX graphs and HLO), "
+                "hlo or stablehlo"
+            )
+        text = render.compiled_function_text(
+            report, self.session.cells, "stablehlo" if args.format == "stablehlo" else "hlo"
+        )
+        if args.save:
+            try:
+                with open(args.save, "w") as f:
+                    f.write(text)
+            except OSError as e:
+                raise UsageError(f"--save {args.save}: {e.strerror or e}") from None
+            print(f"saved the graphs of {report.name} to {args.save}")
+        display(render.pre_bundle(text), raw=True)
 
     # ------------------------------------------------------------------ %xla_metrics
     @magic_arguments()

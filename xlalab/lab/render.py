@@ -14,6 +14,7 @@ from typing import Any
 
 from xlalab.debug.units import count, format_size
 from xlalab.runtime import metrics
+from xlalab.runtime.frames import Frame
 
 from .cells import CellMap
 from .watcher import ITEM_OP, Finding
@@ -165,3 +166,28 @@ def delta_bundle(d: dict[str, Any], title: str) -> dict[str, str]:
 
 def pre_bundle(text: str) -> dict[str, str]:
     return {"text/plain": text, "text/html": f"<pre>{html.escape(text)}</pre>"}
+
+
+# --------------------------------------------------------------------------- compiled functions
+
+
+def compiled_function_text(report: Any, cells: CellMap, kind: str = "hlo") -> str:
+    """A compiled function (``xlalab.dynamo.FunctionReport``) as text: per graph dynamo captured,
+    its FX graph, the aten graphs AOTAutograd made of it, and the HLO (or StableHLO) of each
+    program compiled for it. Lowering only: nothing is compiled or run."""
+    graphs = report.graphs
+    defined = cells.label(Frame(report.file, report.line, report.name))
+    lines = [f"{report.name} ({defined}): {len(graphs)} graph{'s' if len(graphs) != 1 else ''}"]
+    for reason, where in report.breaks:
+        lines.append(f"graph break at {cells.label(where)}: {reason}" if where else f"graph break: {reason}")
+    for g in graphs:
+        lines += ["", f"=== graph {g.index} ({g.num_ops} ops): FX graph", g.fx_code.strip()]
+        for part, code in g.aot_code.items():
+            lines += ["", f"=== graph {g.index}: {part} (aten)", code.strip()]
+        for i, compiled in enumerate(g.compiled):
+            text = compiled.hlo(kind)
+            what = "HLO" if kind == "hlo" else "StableHLO"
+            part = f" {compiled.name.rsplit(', ', 1)[-1]}" if ", " in compiled.name else f" {i}"
+            lines += ["", f"=== graph {g.index}:{part} {what}"]
+            lines.append(text.strip() if text else "(not compiled yet: call the function once)")
+    return "\n".join(lines) + "\n"
