@@ -21,7 +21,7 @@ from .program import Input, Program, Step, input_line, loss_line
 PROBE = torch.device("cpu")
 # Errors eager raises that XLA cannot raise, by design (see docs/fuzzing.md): a program
 # never ends on purpose with one of these.
-UNMATCHABLE_ERRORS = ("ZeroDivisionError", "UnspecifiedTies", "Subnormal")
+UNMATCHABLE_ERRORS = ("ZeroDivisionError", "UnspecifiedTies", "UnspecifiedInfinity", "Subnormal")
 
 SHAPES: tuple[tuple[int, ...], ...] = (
     (3,),
@@ -119,6 +119,9 @@ class Probe:
         outs = [f"v{n + j}" for j in range(op.n_out)]
         if op.name in menu.TIES_UNSPECIFIED and _ties_reach_gradient(self.tensors[args[0]], params["dim"]):
             self.last_error = "UnspecifiedTies"
+            return False
+        if op.name in menu.INFINITY_UNSPECIFIED and bool(self.tensors[args[0]].detach().isinf().any()):
+            self.last_error = "UnspecifiedInfinity"
             return False
         try:
             exec("\n".join(menu.render(op, args, params, outs)), self.ns)
