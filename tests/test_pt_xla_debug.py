@@ -735,3 +735,28 @@ def test_compiled_mode_level_1_prints_compilations_only(dev: torch.device, debug
     assert [b.kind for b in blocks] == ["Compilation", "Post Compilation"]
     assert blocks[0].cause == ["dynamo is compiling a FX graph to HLO"]
     assert " 1 compilations (" in pxd.report()  # counted in the exit summary
+
+
+def _rows_with_a_break(x: torch.Tensor) -> torch.Tensor:
+    y = torch.tanh(x) * 2
+    print("between graphs")  # GRAPH-BREAK
+    return y.sum(dim=1) + x.shape[0]
+
+
+def test_analysis_names_dynamos_graph_breaks_and_recompiles(
+    dev: torch.device, debug: Callable[[], str]
+) -> None:
+    import xlalab.dynamo as dynamo
+
+    dynamo.reset()
+    config.set("PT_XLA_DEBUG_LEVEL", 0)
+    f = torch.compile(_rows_with_a_break, backend="xlalab")
+    f(torch.ones(6, 3).to(dev))
+    f(torch.ones(5, 3).to(dev))  # RECOMPILE-CALL
+    text = pxd.report()
+    graph_break = f"{__file__}:{_line_of('GRAPH-BREAK')} (_rows_with_a_break): graph break: dynamo split"
+    assert graph_break in text and "print" in text.split(graph_break, 1)[1].splitlines()[0]
+    recompile = f"{__file__}:{_line_of('RECOMPILE-CALL')} "
+    line = next(x for x in text.splitlines() if x.startswith(recompile))
+    assert "recompilation: dynamo compiled _rows_with_a_break again once: `x.size(0)` changed 6 → 5" in line
+    assert "torch._dynamo.mark_dynamic" in text

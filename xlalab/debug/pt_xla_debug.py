@@ -36,6 +36,8 @@ The analysis at exit names a source line in every finding (``file:line (function
   ``.tolist()``, ``.cpu()``...) in at least half of the steps (and ``TRANSFER_MIN_STEPS``);
 - **slow compile** / **slow execution**: above ``SLOW_COMPILE_SECONDS`` /
   ``SLOW_EXECUTE_SECONDS`` (execution time is dispatch time unless ``XLA_SYNC_WAIT=1``);
+- compiled mode's **recompilation** (dynamo's failed guard, in plain words, at the call) and
+  **graph break** (dynamo's reason, at the line it could not trace);
 - **not lowered**: ops that ran on the CPU (``FallbackEvent``), other than
   ``aten::_local_scalar_dense`` (the ``.item()`` read, reported as a transfer).
 
@@ -119,6 +121,8 @@ _ACCESS_SHORT = {
 # its execute events carry (read by name: the debugger does not import the dynamo package).
 _DYNAMO_COMPILE = "dynamo_compile"
 _DYNAMO_EXECUTE = "dynamo"
+_GRAPH_BREAK = "graph_break"
+_DYNAMO_RECOMPILE = "dynamo_recompile"
 
 _DYNAMIC_SHAPE_OPS = {"aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique2"}
 
@@ -305,6 +309,12 @@ class _Stats:
     announced_ops: set[tuple[str, Frame | None]] = field(default_factory=set)
     slow_compiles: dict[Frame | None, list[float]] = field(default_factory=lambda: defaultdict(list))
     slow_executes: dict[Frame | None, list[float]] = field(default_factory=lambda: defaultdict(list))
+    # compiled mode: (function, dynamo's reason, the user's line) -> graph breaks there, and
+    # (function, the call that recompiled) -> the failed guards in plain words
+    graph_breaks: Counter[tuple[str, str, Frame | None]] = field(default_factory=Counter)
+    dynamo_recompiles: dict[tuple[str, Frame | None], list[str]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
     # optimizer steps with no barrier between them: where step() was called -> (steps, graph nodes, frames)
     no_barrier: dict[Frame | None, tuple[int, int, tuple[Frame, ...]]] = field(default_factory=dict)
 
@@ -487,6 +497,11 @@ def _handle(ev: events.Event) -> None:
         _dynamo_compile(ev)
     elif isinstance(ev, events.ExecuteEvent) and getattr(ev, "reason", "") == _DYNAMO_EXECUTE:
         _dynamo_execute(ev)
+    elif ev.kind == _GRAPH_BREAK:
+        st.graph_breaks[(getattr(ev, "function", ""), getattr(ev, "reason", ""), _site(ev.frames))] += 1
+    elif ev.kind == _DYNAMO_RECOMPILE:
+        words = getattr(ev, "explanation", "") or getattr(ev, "guard", "")
+        st.dynamo_recompiles[(getattr(ev, "function", ""), _site(ev.frames))].append(words)
     elif isinstance(ev, events.CompileEvent):
         old = _S.pending.get(threading.get_ident())
         if old is not None and old.compile is not None and not old.compile.cached:
@@ -700,6 +715,24 @@ def _findings() -> list[list[str]]:
                     "drop_last=True, pass step counters as tensors)"
                 )
                 out.append(((0, -len(ks)), lines))
+
+    # Compiled mode: dynamo's recompiles (the guard that failed) and graph breaks (its reason).
+    for (function, call), explained in st.dynamo_recompiles.items():
+        shown = "; ".join(explained[:3]) + ("; ..." if len(explained) > 3 else "")
+        lines = [
+            f"{_where(call)}: recompilation: dynamo compiled {function} again "
+            f"{_times(len(explained))}: {shown}",
+            "  keep the value fixed from call to call, or mark a changing size dynamic "
+            "(torch._dynamo.mark_dynamic(x, dim))",
+        ]
+        out.append(((0, -len(explained)), lines))
+    for (function, reason, site), n in st.graph_breaks.most_common():
+        lines = [
+            f"{_where(site)}: graph break: dynamo split {function} here ({_times(n)}): {reason}",
+            "  the function runs as several graphs with Python in between: move the line out of the "
+            "compiled function, or use tensor ops",
+        ]
+        out.append(((1, -n), lines))
 
     # Device-to-host transfers inside the step loop, per line.
     fallback_sites = {site for (op, site) in st.fallbacks if op != _ITEM_OP}
