@@ -1,7 +1,7 @@
 """The notebook layer on compiled mode and SPMD, in a real IPython shell.
 
 - a graph break in a ``torch.compile(backend="xlalab")`` function is a finding at the cell's
-  end with dynamo's reason and the user's line; a recompile says the failed guard in plain
+  end with dynamo's reason, the user's line and the function's graph count; a recompile says the failed guard in plain
   words; both reach the panel's listeners as warnings;
 - ``%xla_sharding t`` draws which device holds which block of a sharded tensor (HTML and a
   text table), and says what is wrong outside SPMD mode or for an unsharded tensor;
@@ -62,6 +62,7 @@ def test_a_graph_break_and_a_recompile_are_cell_findings_and_warnings(shell: She
     assert "xlalab: Graph break in scale_rows (once)" in out, out
     assert "print" in out.split("Graph break in scale_rows", 1)[1].splitlines()[1]  # dynamo's reason
     assert f"at cell [{defined}], line 8 in scale_rows: print(\"between graphs\")" in out
+    assert "2 graphs of scale_rows captured so far" in out  # the graph before the break and after
     warned = [e["warning"] for e in got if e["kind"] == "warning"]
     breaks = [w for w in warned if w["category"] == "graph_break"]
     assert breaks and breaks[0]["where"]["cell"]["execution_count"] == defined

@@ -51,6 +51,7 @@ KEEP_GRAPHS = 32
 # Compiled mode (xlalab.dynamo) events, told apart by kind and compile reason: the watcher reads
 # their fields by name, so the notebook layer does not import the dynamo package.
 GRAPH_BREAK = "graph_break"
+DYNAMO_GRAPH = "dynamo_graph"
 DYNAMO_RECOMPILE = "dynamo_recompile"
 DYNAMO_COMPILE = "dynamo_compile"
 READ_ADVICE = (
@@ -148,6 +149,7 @@ class Watcher:
         # Reads that ran pending IR since the last step barrier: (reason, user frames).
         self._step_reads: list[tuple[str, list[Frame]]] = []
         self._folded_changes: dict[int, list[str]] = {}  # finding id -> recompilations said under it
+        self._dynamo_graphs: dict[str, int] = {}  # compiled function -> graphs dynamo captured of it
         self._dynamic_ops: dict[Frame, str] = {}  # lines whose CPU fallback has a data-dependent shape
         self._lock = threading.RLock()
         self._unsubscribe: Callable[[], None] | None = None
@@ -281,6 +283,8 @@ class Watcher:
             finding = self._on_sync(ev)
         elif isinstance(ev, events.FallbackEvent):
             finding = self._on_fallback(ev)
+        elif ev.kind == DYNAMO_GRAPH:
+            self._on_dynamo_graph(ev)
         elif ev.kind == GRAPH_BREAK:
             finding = self._on_graph_break(ev)
         elif ev.kind == DYNAMO_RECOMPILE:
@@ -402,12 +406,20 @@ class Watcher:
         while len(self.graphs) > KEEP_GRAPHS:
             self.graphs.popitem(last=False)
 
+    def _on_dynamo_graph(self, ev: events.Event) -> None:
+        """Count the graphs dynamo captured per function, said under its graph breaks."""
+        function = getattr(ev, "function", "")
+        n = self._dynamo_graphs[function] = getattr(ev, "graph_index", 0) + 1
+        for key, f in self._keyed.items():
+            if key[0] == "graph_break" and key[1] == function:
+                _say_graph_count(f, function, n)
+
     def _on_graph_break(self, ev: events.Event) -> Finding:
         """Dynamo ended a compiled function's graph early: its reason, at the user's line."""
         function, reason = getattr(ev, "function", ""), getattr(ev, "reason", "")
         frames = self.cells.user_frames(ev.frames)
         where = frames[0] if frames else None
-        return self._finding(
+        finding = self._finding(
             ("graph_break", function, where, reason),
             "graph_break",
             f"Graph break in {function}",
@@ -419,6 +431,8 @@ class Watcher:
                 "move the line out of the compiled function, or replace it with tensor ops"
             ],
         )
+        _say_graph_count(finding, function, self._dynamo_graphs.get(function, 0))
+        return finding
 
     def _on_dynamo_recompile(self, ev: events.Event) -> Finding:
         """Dynamo compiled a function again: the guard that failed, in plain words."""
@@ -686,6 +700,14 @@ class Watcher:
             "graph_hash": f.graph_hash,
             "previous_graph_hash": f.previous_graph_hash,
         }
+
+
+def _say_graph_count(f: Finding, function: str, n: int) -> None:
+    """Keep one line under a graph break with how many graphs dynamo captured of its function."""
+    tail = f" graphs of {function} captured so far"
+    f.details = [d for d in f.details if not d.endswith(tail)]
+    if n > 1:
+        f.details.append(f"{n}{tail}")
 
 
 def _name_of(node: Any, cells: CellMap) -> str | None:
