@@ -1,10 +1,11 @@
 """The notebook layer on compiled mode and SPMD, in a real IPython shell.
 
 - a graph break in a ``torch.compile(backend="xlalab")`` function is a finding at the cell's
-  end with dynamo's reason, the user's line and the function's graph count; a recompile says the failed guard in plain
-  words; both reach the panel's listeners as warnings;
+  end with dynamo's reason, the user's line and the function's graph count; a recompile says
+  the failed guard in plain words; both reach the panel's listeners as warnings;
 - ``%xla_sharding t`` draws which device holds which block of a sharded tensor (HTML and a
   text table), and says what is wrong outside SPMD mode or for an unsharded tensor;
+- a large all-gather the SPMD partitioner inserted is a finding naming the op's line;
 - PT_XLA_DEBUG's blocks for compiled mode are tested in test_pt_xla_debug.py.
 """
 
@@ -99,6 +100,7 @@ def run(name, code):
     out[name] = {
         "error": None if err is None else f"{type(err).__name__}: {err}",
         "bundles": [o.data for o in cap.outputs],
+        "stdout": cap.stdout,
     }
 
 run("before_spmd", "import torch, xlalab\\nt = torch.ones(4, 4).to('xla')\\n%xla_sharding t")
@@ -121,6 +123,17 @@ run("rows", "%xla_sharding rows")
 run("plain", "%xla_sharding plain")
 run("cube", "%xla_sharding cube")
 run("missing", "%xla_sharding nope")
+# Both operands sharded on columns, the product on rows: the partitioner all-gathers an operand.
+run("reshard", """
+row_mesh = xs.Mesh(np.arange(8), (8,), ("x",))
+left, right = torch.randn(512, 512).to('xla'), torch.randn(512, 512).to('xla')
+xs.mark_sharding(left, row_mesh, (None, "x"))
+xs.mark_sharding(right, row_mesh, (None, "x"))
+product = left @ right
+xs.mark_sharding(product, row_mesh, ("x", None))
+ok = bool(torch.allclose(product.cpu(), left.cpu() @ right.cpu(), atol=1e-3))
+print("close", ok)
+""")
 print(json.dumps(out))
 '''
 
@@ -207,3 +220,14 @@ def test_xla_graph_on_a_compiled_function_says_what_is_wrong(shell: Shell) -> No
     assert "compiled function's graphs show as text" in str(shell.error("%xla_graph f --format dot"))
     shell.ok('g = torch.compile(lambda x: x + 1, backend="xlalab")')
     assert "call it once" in str(shell.error("%xla_graph g"))
+
+
+def test_a_large_reshard_is_a_finding_with_the_ops_line(sharding_run: dict[str, Any]) -> None:
+    run = sharding_run["reshard"]
+    assert run["error"] is None
+    text = run["stdout"] + "".join(b.get("text/plain", "") for b in run["bundles"])
+    assert "close True" in text
+    assert "Resharded: the partitioner inserted an all-gather for aten::mm" in text, text
+    assert "KiB per device" in text
+    assert "in <module>: product = left @ right" in text  # the op that needed it
+    assert "xs.mark_sharding" in text

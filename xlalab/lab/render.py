@@ -19,13 +19,21 @@ from xlalab.runtime.frames import Frame
 from .cells import CellMap
 from .watcher import ITEM_OP, Finding
 
-_ICON = {"recompile": "⟳", "fallback": "⇣", "transfer": "⇄", "no_barrier": "∞", "graph_break": "✂"}
+_ICON = {
+    "recompile": "⟳",
+    "fallback": "⇣",
+    "transfer": "⇄",
+    "no_barrier": "∞",
+    "graph_break": "✂",
+    "reshard": "⇆",
+}
 _COLOR = {
     "recompile": "#b45309",
     "fallback": "#b91c1c",
     "transfer": "#1d4ed8",
     "no_barrier": "#7c2d12",
     "graph_break": "#6d28d9",
+    "reshard": "#0f766e",
 }
 
 

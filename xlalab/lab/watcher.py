@@ -8,6 +8,8 @@ One ``Watcher`` per loaded extension subscribes to the event bus and
   the variable that holds it, the first differing op, a value baked into the graph);
 - in compiled mode, turns dynamo's graph breaks (its reason, the user's line) and recompiles
   (the guard that failed, in plain words) into findings;
+- in SPMD mode, turns a large all-gather or all-to-all the partitioner inserted into a new
+  program into a reshard finding, with the line that made the op that needed it;
 - turns CPU fallbacks and reads that cut a step (``.item()``, ``print``, ``.cpu()`` of a
   pending tensor) into findings counted per source line;
 - hands every event, in the comm protocol's JSON shape, to its listeners (the JupyterLab
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xlalab.debug import analysis_errors, barriers, graph_diff, recompiles
-from xlalab.runtime import events, ir
+from xlalab.runtime import events, ir, sharding
 from xlalab.runtime.frames import Frame
 from xlalab.runtime.frames import _is_library as _is_runtime_library
 
@@ -54,6 +56,9 @@ GRAPH_BREAK = "graph_break"
 DYNAMO_GRAPH = "dynamo_graph"
 DYNAMO_RECOMPILE = "dynamo_recompile"
 DYNAMO_COMPILE = "dynamo_compile"
+#: An all-gather or all-to-all the SPMD partitioner inserted is a finding from this size (bytes
+#: per device) on: below it a reshard costs less than the launch that carries it.
+RESHARD_MIN_BYTES = 1 << 20
 READ_ADVICE = (
     "read the value after xm.mark_step(), or keep it on the device (accumulate a tensor, read it once)"
 )
@@ -65,7 +70,7 @@ class Finding:
     """A warning the notebook shows: a recompilation, a CPU fallback or a read that cut a step."""
 
     id: int
-    category: str  # recompile | fallback | transfer | no_barrier | graph_break
+    category: str  # recompile | fallback | transfer | no_barrier | graph_break | reshard
     title: str
     message: str
     frames: list[Frame]
@@ -149,6 +154,7 @@ class Watcher:
         # Reads that ran pending IR since the last step barrier: (reason, user frames).
         self._step_reads: list[tuple[str, list[Frame]]] = []
         self._folded_changes: dict[int, list[str]] = {}  # finding id -> recompilations said under it
+        self._unchecked: events.CompileEvent | None = None  # a new SPMD program, until it runs
         self._dynamo_graphs: dict[str, int] = {}  # compiled function -> graphs dynamo captured of it
         self._dynamic_ops: dict[Frame, str] = {}  # lines whose CPU fallback has a data-dependent shape
         self._lock = threading.RLock()
@@ -279,6 +285,8 @@ class Watcher:
             self.compiling = None
             if isinstance(ev, events.CompileEvent):
                 finding = self._on_compile(ev)
+        elif isinstance(ev, events.ExecuteEvent):
+            finding = self._on_execute(ev)
         elif isinstance(ev, events.SyncEvent):
             finding = self._on_sync(ev)
         elif isinstance(ev, events.FallbackEvent):
@@ -335,6 +343,11 @@ class Watcher:
         return f
 
     def _on_compile(self, ev: events.CompileEvent) -> Finding | None:
+        if not ev.cached and ev.graph is not None and sharding.enabled():
+            self._unchecked = ev  # its program enters the cache before it runs: looked at then
+        return self._on_new_graph(ev)
+
+    def _on_new_graph(self, ev: events.CompileEvent) -> Finding | None:
         if ev.reason == DYNAMO_COMPILE:
             # Dynamo decides when a compiled function recompiles and says why (a RecompileEvent):
             # its graphs are kept for the viewer but never compared as lazy-mode variants.
@@ -399,6 +412,52 @@ class Watcher:
         )
         finding.previous_graph_hash = hex_hash(previous_hash)
         return finding
+
+    def _on_execute(self, ev: events.ExecuteEvent) -> Finding | None:
+        """A new SPMD program's first run: the large reshards the partitioner inserted into it."""
+        compiled, self._unchecked = self._unchecked, None
+        if compiled is None or compiled.graph_hash != ev.graph_hash:
+            return None
+        from xlalab.distributed.spmd.collectives import program_collectives, reshards
+        from xlalab.runtime import graph as graph_mod
+
+        # The cache key holds the inputs' shardings, which an event does not carry: the newest
+        # program of this graph is the one that just ran.
+        prog = None
+        for candidate in list(graph_mod.CACHE.values()):
+            if candidate.graph_hash == compiled.graph_hash:
+                prog = candidate
+        found = reshards(program_collectives(prog), RESHARD_MIN_BYTES) if prog is not None else []
+        if not found:
+            return None
+        found.sort(key=lambda c: -c.nbytes)
+        top = found[0]
+        frames: list[Frame] = []
+        for n in compiled.graph.nodes:  # the op whose lowering needed it, and the line that made it
+            if n.name == top.aten_op and n.frames:
+                frames = self.cells.user_frames(n.frames)
+                if frames:
+                    break
+        where = frames[0] if frames else None
+        details = [
+            "the operands' shardings do not fit the op, so every run moves the tensor between layouts: "
+            "shard them compatibly with xs.mark_sharding (or constrain the result's sharding)"
+        ]
+        if len(found) > 1:
+            more = "; ".join(c.describe() for c in found[1:4])
+            details.insert(0, f"{len(found) - 1} more in this program: {more}")
+        if where is None:
+            details.append("run %xla_debug on to record the line that creates every op")
+        op = f" for {top.aten_op}" if top.aten_op else ""
+        return self._finding(
+            ("reshard", top.kind, top.aten_op, where),
+            "reshard",
+            f"Resharded: the partitioner inserted an {top.kind}{op}",
+            top.describe() + self._at(where),
+            frames,
+            hex_hash(compiled.graph_hash),
+            details,
+        )
 
     def _keep_graph(self, ev: events.CompileEvent) -> None:
         self.graphs[hex_hash(ev.graph_hash)] = strip_graph(ev.graph)
