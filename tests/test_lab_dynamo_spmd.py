@@ -4,7 +4,8 @@
   end with dynamo's reason, the user's line and the function's graph count; a recompile says
   the failed guard in plain words; both reach the panel's listeners as warnings;
 - ``%xla_sharding t`` draws which device holds which block of a sharded tensor (HTML and a
-  text table), and says what is wrong outside SPMD mode or for an unsharded tensor;
+  text table) and the live data per device, and says what is wrong outside SPMD mode or for
+  an unsharded tensor;
 - a large all-gather the SPMD partitioner inserted is a finding naming the op's line;
 - PT_XLA_DEBUG's blocks for compiled mode are tested in test_pt_xla_debug.py.
 """
@@ -167,6 +168,10 @@ def test_xla_sharding_draws_which_device_holds_which_block(sharding_run: dict[st
         ["│", "CPU", "4", "│", "CPU", "5", "│"],
         ["│", "CPU", "6", "│", "CPU", "7", "│"],
     ]
+    # Where the data is: the bytes of live device data, for each of the 8 devices.
+    memory = text.strip().splitlines()[-1]
+    assert memory.startswith("live device data: xla:0 ") and memory.count("xla:") == 8, memory
+    assert "live device data: xla:0" in html
     # Sharded on rows only: each row block is held by the 2 devices of the "model" axis.
     rows = sharding_run["rows"]["bundles"][0]
     assert rows["text/html"].count("<td") == 4

@@ -12,6 +12,7 @@ import ast
 import contextlib
 import io
 import shlex
+from html import escape
 from typing import Any
 
 import torch
@@ -20,6 +21,7 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
+from xlalab.debug.units import format_size
 from xlalab.runtime import config, metrics
 
 from . import graphs, render
@@ -306,7 +308,8 @@ class XlaMagics(Magics):
     @argument("tensor", help="a sharded xla tensor (a variable or an expression), 1-D or 2-D")
     @line_magic
     def xla_sharding(self, line: str) -> None:
-        """Show which device holds which block of a sharded tensor (SPMD mode), as a table."""
+        """Show which device holds which block of a sharded tensor (SPMD mode), as a table, and the
+        bytes of live data on each device."""
         if _wants_help(line):
             return _usage(self.xla_sharding)
         args = parse_argstring(self.xla_sharding, line)
@@ -336,5 +339,11 @@ class XlaMagics(Magics):
                 debugging.visualize_tensor_sharding(t, use_color=False)
         except ValueError as e:  # more than 2 dimensions
             raise UsageError(str(e)) from None
-        display({"text/plain": text.getvalue(), "text/html": html}, raw=True)
+        memory = "live device data: " + ", ".join(
+            f"{dev} {format_size(n)}" for dev, n in debugging.device_memory().items()
+        )
+        display(
+            {"text/plain": f"{text.getvalue()}{memory}\n", "text/html": f"{html}<div>{escape(memory)}</div>"},
+            raw=True,
+        )
         return None
