@@ -351,3 +351,8 @@ def test_sparse_gradients_say_what_to_use_instead() -> None:
     dense = torch.nn.Embedding(5, 3).to(DEV)
     dense(torch.tensor([1, 2], device=DEV)).sum().backward()
     assert dense.weight.grad is not None and dense.weight.grad.cpu().sum().item() == 6.0
+
+
+@pytest.mark.parametrize("exponent", [False, True, 1, 2, 0.5])
+def test_result_type_is_eagers_where_torchs_meta_kernel_disagrees(exponent: Any) -> None:
+    differential(lambda d: torch.pow(torch.tensor([True, False], device=d), exponent))

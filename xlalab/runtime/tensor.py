@@ -449,9 +449,15 @@ def _compute_meta(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
             func(*[_empty_cpu_arg(a) for a in args], **{k: _empty_cpu_arg(v) for k, v in kwargs.items()})
     except Exception:
         return _NO_META
-    if not _eager_accepts(func, args, kwargs):
+    accepted, eager_out = _eager_accepts(func, args, kwargs)
+    if not accepted:
         return _NO_META
-    return _describe(out)
+    described = _describe(out)
+    if type(described) is tuple and isinstance(eager_out, torch.Tensor) and eager_out.dtype != described[1]:
+        # Where torch's meta kernel and its CPU kernel disagree on the result type (``pow`` of a
+        # bool tensor by a bool), eager's kernel is the reference.
+        described = (described[0], eager_out.dtype)
+    return described
 
 
 # Ops whose eager errors depend on the values (a singular matrix): zeros would say nothing.
@@ -460,27 +466,30 @@ _VALUE_CHECKED = ("linalg_", "cholesky", "inverse", "lu_", "_lu", "solve", "svd"
 _SMALL = 4096  # elements: operands up to this size are checked at their real shapes
 
 
-def _eager_accepts(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def _eager_accepts(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any]:
     """Whether eager's CPU kernel accepts this call. Meta kernels skip many of eager's checks
     (``fmod`` of bools, ``std`` of integers, an integer ``pow`` to a negative power), so on the
     first call with a new signature the CPU kernel is asked too, on zeros: at the real shapes when
     every operand is small, else on operands shrunk to one element, where only eager's "not
     implemented for <dtype>" counts (a shape error then comes from the shrinking). When eager
     refuses, the op falls back and eager raises its own error at the user's line; a refusal that
-    real values would not trigger costs a CPU fallback, never a wrong value."""
+    real values would not trigger costs a CPU fallback, never a wrong value. Also returns what the
+    kernel gave (None when it raised)."""
     name = func._schema.name
     small = _max_numel(args) <= _SMALL and _max_numel(kwargs.values()) <= _SMALL
     exact = small and not any(word in name for word in _VALUE_CHECKED)
     shrink = not exact
     try:
-        func(*[_cpu_zeros(a, shrink) for a in args], **{k: _cpu_zeros(v, shrink) for k, v in kwargs.items()})
+        out = func(
+            *[_cpu_zeros(a, shrink) for a in args], **{k: _cpu_zeros(v, shrink) for k, v in kwargs.items()}
+        )
     except NotImplementedError as e:
         # "... not implemented for 'Bool'"; an op with no CPU kernel at all (a fused kernel that
         # xlalab lowers) says "Could not run ..." and is fine here.
-        return "not implemented for" not in str(e)
+        return "not implemented for" not in str(e), None
     except Exception:
-        return not exact
-    return True
+        return not exact, None
+    return True, out
 
 
 def _max_numel(args: Any) -> int:
