@@ -89,6 +89,7 @@ class Result:
     us_per_op: float | None = None
     note: str = ""
     sync_host_ms: float | None = None
+    device_mib: float | None = None
 
 
 @dataclass(frozen=True)
@@ -224,8 +225,15 @@ def bench_jax(wl: Workload, batches: list[Batch], cfg: Config) -> Result:
     traced = jax.jit(lambda *a: ref.step(*a)).trace(*args)
     trace_s = time.perf_counter() - t0
     eqns = count_eqns(traced.jaxpr.jaxpr)
-    return Result("jax.jit", times.first_ms(), times.steady_ms(cfg.warmup), str(compiles), eqns,
-                  trace_s * 1e6 / eqns, "µs/op = trace time / jaxpr eqns (once)")
+    result = Result("jax.jit", times.first_ms(), times.steady_ms(cfg.warmup), str(compiles), eqns,
+                    trace_s * 1e6 / eqns, "µs/op = trace time / jaxpr eqns (once)")
+    result.device_mib = _live_device_mib()  # model, optimizer state and batches, after the steps
+    return result
+
+
+def _live_device_mib() -> float:
+    """Bytes held in live device arrays (on CPU JAX keeps no allocator statistics)."""
+    return sum(a.nbytes for a in jax.live_arrays()) / 2**20
 
 
 # ------------------------------------------------------------------------------------------- xlalab
@@ -273,6 +281,7 @@ def bench_xlalab(x: Xlalab, wl: Workload, train_step: Callable[..., torch.Tensor
                     f"µs/op = recording / aten ops; compile {compile_ms:.0f} ms")
     synced.sync_host_ms = _cached_sync_host_ms(xm, lambda i: train_step(wl, model, opt, *dev_batches[i]),
                                                len(dev_batches))
+    synced.device_mib = _live_device_mib()
     return synced
 
 
@@ -387,6 +396,14 @@ def print_ratios(per_workload: dict[str, list[Result]]) -> None:
     for name, results in per_workload.items():
         xla = next((r for r in results if r.backend == "xlalab"), None)
         print(f"  {name:<8} {_fmt(xla.sync_host_ms if xla else None, '.2f')} ms")
+    print("\ndevice memory held after the steps (live arrays: model, optimizer state, batches):")
+    for name, results in per_workload.items():
+        by_backend = {r.backend: r for r in results}
+        ours, theirs = by_backend.get("xlalab"), by_backend.get("jax.jit")
+        a = ours.device_mib if ours else None
+        b = theirs.device_mib if theirs else None
+        ratio = f"{a / b:.2f}x" if a and b else "n/a"
+        print(f"  {name:<8} xlalab {_fmt(a, '.1f')} MiB   jax.jit {_fmt(b, '.1f')} MiB   ({ratio})")
 
 
 # ------------------------------------------------------------------------------ recording micro-bench
@@ -541,12 +558,7 @@ def run_host_and_memory(x: Xlalab, names: list[str], cfg: Config) -> None:
         print(f"  {name:<8} cold {cold:8.0f} ms   warm {warm:8.0f} ms   (start-up before it: "
               f"{startup:.0f} ms)")
 
-    info = xm.get_memory_info(dev) if hasattr(xm, "get_memory_info") else None
-    print("\ndevice memory (xm.get_memory_info):")
-    if info:
-        used, peak = info.get("bytes_used", 0) / 2**20, info.get("peak_bytes_used", 0) / 2**20
-        print(f"  in use {used:.1f} MiB, peak {peak:.1f} MiB"
-              " (on CPU, JAX keeps no allocator statistics: live arrays are counted instead)")
+
 
 
 # ------------------------------------------------------------------------------------------------ main

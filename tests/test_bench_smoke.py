@@ -17,7 +17,7 @@ def test_bench_prints_every_table() -> None:
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout
     headings = ("steady-step ratios", "pipelined/jax.jit", "host cost of a cached sync",
-                "recording micro-benchmark", "10,000-node graph", "cold", "warm", "device memory")
+                "recording micro-benchmark", "10,000-node graph", "cold", "warm", "device memory held")
     for heading in headings:
         assert heading in out, out
     rows = [line.split() for line in out.splitlines() if line.startswith("mlp ")]
