@@ -43,7 +43,6 @@ def shell() -> Iterator[Shell]:
 COMPILED = """\
 import torch, xlalab, xlalab.dynamo
 import xlalab.core.xla_model as xm
-xlalab.dynamo.reset()
 dev = xm.xla_device()
 
 def scale_rows(x):
@@ -51,6 +50,7 @@ def scale_rows(x):
     print("between graphs")
     return y.sum(dim=1) + x.shape[0]
 """
+DEF_LINE, PRINT_LINE = 5, 7  # in the COMPILED cell
 
 
 def test_a_graph_break_and_a_recompile_are_cell_findings_and_warnings(shell: Shell) -> None:
@@ -63,12 +63,12 @@ def test_a_graph_break_and_a_recompile_are_cell_findings_and_warnings(shell: She
     out = shell.ok('f = torch.compile(scale_rows, backend="xlalab")\nr = f(torch.ones(6, 3).to(dev))')
     assert "xlalab: Graph break in scale_rows (once)" in out, out
     assert "print" in out.split("Graph break in scale_rows", 1)[1].splitlines()[1]  # dynamo's reason
-    assert f"at cell [{defined}], line 8 in scale_rows: print(\"between graphs\")" in out
+    assert f"at cell [{defined}], line {PRINT_LINE} in scale_rows: print(\"between graphs\")" in out
     assert "2 graphs of scale_rows captured so far" in out  # the graph before the break and after
     warned = [e["warning"] for e in got if e["kind"] == "warning"]
     breaks = [w for w in warned if w["category"] == "graph_break"]
     assert breaks and breaks[0]["where"]["cell"]["execution_count"] == defined
-    assert breaks[0]["where"]["line"] == 8
+    assert breaks[0]["where"]["line"] == PRINT_LINE
 
     # Another batch size: dynamo's size guard fails and the function compiles again.
     out = shell.ok("r = f(torch.ones(5, 3).to(dev))")
@@ -203,8 +203,8 @@ def test_xla_graph_shows_a_compiled_functions_fx_graphs_and_hlo(shell: Shell) ->
     before = dict(metrics.COUNTERS)
     out = shell.ok("%xla_graph f")
     assert dict(metrics.COUNTERS) == before  # lowering only: nothing compiled, ran or synced
-    assert out.startswith(f"scale_cols (cell [{defined}], line 6): 2 graphs")
-    assert f"graph break at cell [{defined}], line 8:" in out
+    assert out.startswith(f"scale_cols (cell [{defined}], line {DEF_LINE}): 2 graphs")
+    assert f"graph break at cell [{defined}], line {PRINT_LINE}:" in out
     # Each graph: dynamo's FX code, the aten graph, and the HLO of its program at the shapes it ran.
     assert "=== graph 0 (2 ops): FX graph" in out and "torch.tanh(" in out
     assert "=== graph 0: forward (aten)" in out and "aten.tanh.default" in out
