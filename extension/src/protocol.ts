@@ -47,7 +47,8 @@ export interface Snapshot {
   fallbacks: Record<string, number>;
 }
 
-export type WarningCategory = 'recompile' | 'fallback' | 'transfer';
+export type WarningCategory =
+  'recompile' | 'fallback' | 'transfer' | 'no_barrier' | 'graph_break' | 'reshard' | 'other';
 
 export interface XlaWarning {
   id: number;
@@ -197,7 +198,14 @@ export function readSnapshot(value: unknown): Snapshot {
   return snap;
 }
 
-const CATEGORIES: readonly string[] = ['recompile', 'fallback', 'transfer'];
+const CATEGORIES: readonly string[] = [
+  'recompile',
+  'fallback',
+  'transfer',
+  'no_barrier',
+  'graph_break',
+  'reshard'
+];
 
 export function readWarning(value: unknown): XlaWarning | null {
   if (!isObject(value) || typeof value.id !== 'number') {
@@ -215,7 +223,8 @@ export function readWarning(value: unknown): XlaWarning | null {
   }
   return {
     id: value.id,
-    category: (CATEGORIES.includes(category) ? category : 'recompile') as WarningCategory,
+    // A kind this panel does not know yet is shown as what it is, never as a recompile.
+    category: (CATEGORIES.includes(category) ? category : 'other') as WarningCategory,
     title: str(value.title),
     message: str(value.message),
     where,

@@ -84,7 +84,7 @@ function warningItem(card: WarningCard, actions: WarningActions): HTMLElement {
     h(
       'div',
       { class: 'xlalab-Warning-head' },
-      h('span', { class: 'xlalab-Warning-category' }, card.category),
+      h('span', { class: 'xlalab-Warning-category' }, card.category.replace('_', ' ')),
       h('span', { class: 'xlalab-Warning-title' }, truncate(card.title, 200)),
       card.count > 1
         ? h(
