@@ -90,7 +90,7 @@ def test_load_and_unload_register_and_remove_everything() -> None:
     pre = list(sh.events.callbacks["post_run_cell"])
     s.ok("%load_ext xlalab")
     try:
-        for name in ("xla_graph", "xla_metrics", "xla_debug", "xla_counters", "xla_step"):
+        for name in ("xla_graph", "xla_metrics", "xla_debug", "xla_counters", "xla_step", "xla_sharding"):
             assert name in sh.magics_manager.magics["line"], name
         assert "xla_metrics" in sh.magics_manager.magics["cell"]
         assert len(events._subscribers) == listeners + 1

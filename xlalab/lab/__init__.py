@@ -1,8 +1,9 @@
 """The notebook layer: ``%load_ext xlalab`` in Jupyter or IPython.
 
 Registers ``%xla_graph``, ``%xla_metrics``/``%%xla_metrics``, ``%xla_debug``,
-``%xla_counters`` and ``%xla_step``; shows per-cell warnings (recompilations with what
-changed, CPU fallbacks, reads that cut a step) after the cell that caused them; and serves
+``%xla_counters``, ``%xla_step`` and ``%xla_sharding``; shows per-cell warnings
+(recompilations with what changed, CPU fallbacks, reads that cut a step, a loop with no step
+barrier, graph breaks, reshards) after the cell that caused them; and serves
 the JupyterLab extension's comm (docs/lab-protocol.md). ``%unload_ext xlalab`` removes it all.
 
 This layer imports IPython; the runtime (``xlalab.runtime``) never does.
