@@ -356,3 +356,16 @@ def test_sparse_gradients_say_what_to_use_instead() -> None:
 @pytest.mark.parametrize("exponent", [False, True, 1, 2, 0.5])
 def test_result_type_is_eagers_where_torchs_meta_kernel_disagrees(exponent: Any) -> None:
     differential(lambda d: torch.pow(torch.tensor([True, False], device=d), exponent))
+
+
+def test_pt_xla_debug_names_the_unchecked_indices() -> None:
+    from xlalab.debug import pt_xla_debug
+
+    x = torch.arange(5.0, device=DEV)
+    x[torch.tensor([1], device=DEV)].cpu()
+    assert "XLA clamps an index that is out of range" in pt_xla_debug.report()
+    config.set("XLALAB_CHECK_INDICES", True)
+    try:
+        assert "XLA clamps" not in pt_xla_debug.report()
+    finally:
+        config.set("XLALAB_CHECK_INDICES", False)

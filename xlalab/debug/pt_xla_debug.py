@@ -841,8 +841,33 @@ def _analysis_lines() -> list[str]:
         lines.append("no recompilation, frequent transfer, slow compile or unlowered op found")
     for f in findings:
         lines += [*f, ""]
+    lines += _unchecked_indices()
     lines.append(_RULE)
     return lines
+
+
+_INDEXING = ("index", "_unsafe_index", "index_select", "gather", "embedding", "take", "index_put",
+             "_index_put_impl", "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy",
+             "index_fill")  # fmt: skip
+
+
+def _unchecked_indices() -> list[str]:
+    """Where XLA cannot match eager, say so: indexing ops ran, and an index out of range is clamped
+    by XLA where eager raises, unless XLALAB_CHECK_INDICES is on."""
+    if config.get("XLALAB_CHECK_INDICES"):
+        return []
+    counts = metrics.COUNTERS
+    ran = [(op, counts.get(f"xla::{op}", 0)) for op in _INDEXING]
+    ran = [(op, n) for op, n in ran if n]
+    if not ran:
+        return []
+    ops = ", ".join(f"aten::{op} ({n})" for op, n in ran)
+    return [
+        f"indexing ops ran: {ops}. XLA clamps an index that is out of range where eager PyTorch "
+        "raises IndexError; set XLALAB_CHECK_INDICES=1 to have such an index raise at the sync, "
+        "naming the op and its line.",
+        "",
+    ]
 
 
 def report() -> str:
