@@ -369,3 +369,12 @@ def test_pt_xla_debug_names_the_unchecked_indices() -> None:
         assert "XLA clamps" not in pt_xla_debug.report()
     finally:
         config.set("XLALAB_CHECK_INDICES", False)
+
+
+def test_integer_division_of_small_tensors_stays_on_the_device() -> None:
+    import xlalab.debug.metrics as met
+
+    met.clear_all()
+    a, b = torch.tensor([7, -9]), torch.tensor([2, 4])
+    differential(lambda d: (a.to(d) // b.to(d), torch.fmod(a.to(d), b.to(d)), a.to(d) % b.to(d)))
+    assert met.executed_fallback_ops() == []  # zeros as divisors refuse; ones do not: not eager's refusal

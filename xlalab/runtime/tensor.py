@@ -488,7 +488,16 @@ def _eager_accepts(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, An
         # xlalab lowers) says "Could not run ..." and is fine here.
         return "not implemented for" not in str(e), None
     except Exception:
-        return not exact, None
+        if not exact:
+            return True, None
+        # Zeros can be what fails (an integer division by zero) where ones are fine, and ones
+        # can be what fails (an index past a dimension of size 1) where zeros are fine: only
+        # what fails on both is eager's refusal of the call itself.
+        try:
+            ones = [_cpu_zeros(a, False, 1) for a in args]
+            out = func(*ones, **{k: _cpu_zeros(v, False, 1) for k, v in kwargs.items()})
+        except Exception:
+            return False, None
     return True, out
 
 
@@ -506,13 +515,13 @@ def _max_numel(args: Any) -> int:
     return most
 
 
-def _cpu_zeros(a: Any, shrink: bool) -> Any:
+def _cpu_zeros(a: Any, shrink: bool, fill: int = 0) -> Any:
     tp = type(a)
     if tp is XlaTensor or tp is Node:
         shape = [min(int(n), 1) for n in a.shape] if shrink else list(a.shape)
-        return torch.zeros(shape, dtype=a.dtype)
+        return torch.full(shape, fill, dtype=a.dtype)
     if tp is list or tp is tuple:
-        return type(a)(_cpu_zeros(x, shrink) for x in a)
+        return type(a)(_cpu_zeros(x, shrink, fill) for x in a)
     if isinstance(a, torch.device) and a.type == "xla":
         return torch.device("cpu")
     return a
