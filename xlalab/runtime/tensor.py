@@ -1098,7 +1098,11 @@ _SPECIAL: dict[OpOverload, Handler] = {
 }
 _HANDLERS: dict[int, Handler] = {}  # keyed by id(op), like _INFO
 # Per-op switches to the CPU fallback, e.g. bool-mask indexing whose shape depends on data.
-FALLBACK_IF: dict[OpOverload, Callable[[tuple[Any, ...]], bool]] = {}
+FALLBACK_IF: dict[OpOverload, Callable[[tuple[Any, ...]], bool]] = {
+    # torch's decomposition draws rand_like(self), which has no integer kernel; eager's own
+    # geometric_ fills integer tensors too.
+    aten.geometric_.default: lambda args: not args[0].dtype.is_floating_point,
+}
 
 
 def _guarded(handler: Handler, predicate: Callable[[tuple[Any, ...]], bool]) -> Handler:
