@@ -176,8 +176,13 @@ def test_spec_strings_follow_xla_tile_assignment(
 def test_mark_sharding_outside_spmd_mode_says_how_to_enable() -> None:
     import xlalab.distributed.spmd as xs
 
-    if xs.is_spmd():
-        pytest.skip("another test of this process switched SPMD mode on")
-    mesh = xs.Mesh(np.arange(1), (1,), ("x",))
-    with pytest.raises(RuntimeError, match=r"use_spmd\(\)"):
-        xs.mark_sharding(torch.zeros(2, device="xla"), mesh, ("x",))
+    # SPMD mode is process-wide and has no off switch: an earlier test may have turned it on.
+    was = sharding._enabled[0]
+    sharding._enabled[0] = False
+    try:
+        assert not xs.is_spmd()
+        mesh = xs.Mesh(np.arange(1), (1,), ("x",))
+        with pytest.raises(RuntimeError, match=r"use_spmd\(\)"):
+            xs.mark_sharding(torch.zeros(2, device="xla"), mesh, ("x",))
+    finally:
+        sharding._enabled[0] = was
