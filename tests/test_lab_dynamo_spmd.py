@@ -16,29 +16,15 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 
+from tests import test_lab
 from tests.test_lab import Shell
 
-# An analysis that fails on an event fails the test that caused it (users get a log line instead).
-os.environ.setdefault("XLALAB_ANALYSIS_ERRORS", "raise")
-
-
-@pytest.fixture
-def shell() -> Iterator[Shell]:
-    sh = InteractiveShell.instance()
-    s = Shell(sh)
-    s.ok("%load_ext xlalab")
-    try:
-        yield s
-    finally:
-        s.run("%unload_ext xlalab")
-
+shell = test_lab.shell  # the fixture: a real IPython shell with the lab loaded
 
 COMPILED = """\
 import torch, xlalab, xlalab.dynamo

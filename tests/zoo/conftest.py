@@ -10,7 +10,7 @@ import pytest
 from xlalab.debug import analysis_errors
 
 # Child processes (PT_XLA_DEBUG runs, xlalab debug-run) inherit it too.
-os.environ["XLALAB_ANALYSIS_ERRORS"] = "raise"
+os.environ["XLALAB_ANALYSIS_ERRORS"] = "raise"  # children (debug-run) inherit it
 
 
 @pytest.fixture(autouse=True)
