@@ -437,16 +437,12 @@ def _meta_arg(a: Any) -> Any:
 
 
 def _compute_meta(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Output metadata from torch's own meta kernels: torch's shape and dtype rules.
-
-    Empty operands are also tried on the CPU kernel (no data, so it costs nothing): some checks
-    live only there (``max(dim)`` over a zero-size dimension raises ``IndexError``). When it
-    raises, the op falls back to eager, which raises that error at the user's line.
-    """
+    """Output metadata from torch's own meta kernels (torch's shape and dtype rules), checked
+    against eager's CPU kernel (``_eager_accepts``): empty operands, dtypes and values that only
+    the CPU kernel refuses (``max(dim)`` over a zero-size dimension) fall back, so eager raises
+    its own error at the user's line."""
     try:
         out = func(*[_meta_arg(a) for a in args], **{k: _meta_arg(v) for k, v in kwargs.items()})
-        if _has_empty(args) or _has_empty(kwargs.values()):
-            func(*[_empty_cpu_arg(a) for a in args], **{k: _empty_cpu_arg(v) for k, v in kwargs.items()})
     except Exception:
         return _NO_META
     accepted, eager_out = _eager_accepts(func, args, kwargs)
@@ -522,28 +518,6 @@ def _cpu_zeros(a: Any, shrink: bool, fill: int = 0) -> Any:
         return torch.full(shape, fill, dtype=a.dtype)
     if tp is list or tp is tuple:
         return type(a)(_cpu_zeros(x, shrink, fill) for x in a)
-    if isinstance(a, torch.device) and a.type == "xla":
-        return torch.device("cpu")
-    return a
-
-
-def _has_empty(args: Any) -> bool:
-    for a in args:
-        tp = type(a)
-        if (tp is XlaTensor or tp is Node) and 0 in a.shape:
-            return True
-        if (tp is list or tp is tuple) and _has_empty(a):
-            return True
-    return False
-
-
-def _empty_cpu_arg(a: Any) -> Any:
-    """The stand-in for an argument in a CPU call on empty operands (other tensors are zeros)."""
-    tp = type(a)
-    if tp is XlaTensor or tp is Node:
-        return torch.zeros(a.shape, dtype=a.dtype)
-    if tp is list or tp is tuple:
-        return type(a)(_empty_cpu_arg(x) for x in a)
     if isinstance(a, torch.device) and a.type == "xla":
         return torch.device("cpu")
     return a
