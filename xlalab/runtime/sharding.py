@@ -102,6 +102,43 @@ class ShardingSpec:
         tiles = ids.transpose([*used, *rest]).reshape([*self.tile_shape(), replicas])
         return tiles, replicas
 
+    def divides(self, shape: Sequence[int]) -> bool:
+        """Whether every dimension of ``shape`` splits into its number of blocks evenly."""
+        return all(size % blocks == 0 for size, blocks in zip(shape, self.tile_shape()))
+
+    def even_for(self, shape: Sequence[int]) -> ShardingSpec:
+        """The spec a JAX array of ``shape`` can be laid out as: a dimension its blocks do not
+        divide keeps only the leading mesh axes whose product divides it (often none: kept
+        whole). JAX splits arrays into equal blocks only; inside a program the partitioner
+        takes the uneven spec itself (it pads)."""
+        if self.divides(shape):
+            return self
+        entries: list[AxisEntry] = []
+        for size, entry in zip(shape, self.partition):
+            names = () if entry is None else ((entry,) if isinstance(entry, str) else entry)
+            kept: list[str] = []
+            for a in names:
+                if size % (self.axis_size(tuple(kept)) * self.mesh_shape[self.axis_names.index(a)]):
+                    break
+                kept.append(a)
+            entries.append(None if not kept else kept[0] if len(kept) == 1 else tuple(kept))
+        return ShardingSpec(self.device_ids, self.mesh_shape, self.axis_names, tuple(entries))
+
+    def block_bounds(self, shape: Sequence[int]) -> dict[int, tuple[slice, ...]]:
+        """Each device's block of a tensor of ``shape``, as XLA cuts it: ``ceil(size / blocks)``
+        per block, so with uneven sizes the last blocks are shorter (or empty)."""
+        tiles, replicas = self.tile_assignment()
+        tile_shape = self.tile_shape()
+        bounds: dict[int, tuple[slice, ...]] = {}
+        for index in np.ndindex(*tile_shape):
+            block = []
+            for size, blocks, i in zip(shape, tile_shape, index):
+                step = -(-size // blocks)
+                block.append(slice(min(i * step, size), min((i + 1) * step, size)))
+            for r in range(replicas):
+                bounds[int(tiles[(*index, r)])] = tuple(block)
+        return bounds
+
     def hlo_string(self) -> str:
         """torch_xla's sharding spec string: ``{devices=[4,1]0,1,2,3}``, ``{replicated}``, or with
         ``last_tile_dim_replicate`` for partial replication."""
@@ -191,8 +228,9 @@ def spec_of_array(array: Any) -> ShardingSpec | None:
 
 
 def place(array: Any, spec: ShardingSpec) -> Any:
-    """``array`` laid out across the devices as ``spec`` says."""
-    return jax.device_put(array, spec.named_sharding())
+    """``array`` laid out across the devices as ``spec`` says (as near as equal blocks allow:
+    ``ShardingSpec.even_for``)."""
+    return jax.device_put(array, spec.even_for(np.shape(array)).named_sharding())
 
 
 # --------------------------------------------------------------------------- compiling
@@ -288,4 +326,8 @@ def jit_options(graph: Graph) -> dict[str, Any]:
     specs = root_specs(graph)
     if not any(specs):
         return {}
-    return {"out_shardings": [None if s is None else s.named_sharding() for s in specs]}
+    shapes = [graph.nodes[r].shape or () for r in graph.roots]
+    # An uneven pinned sharding leaves the program as near as equal blocks allow (JAX arrays
+    # split evenly only): the storage keeps the annotation, the array its even part.
+    outs = [None if s is None else s.even_for(shape).named_sharding() for s, shape in zip(specs, shapes)]
+    return {"out_shardings": outs}

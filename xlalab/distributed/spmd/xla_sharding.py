@@ -57,11 +57,18 @@ def sharding_type(spec: sharding.ShardingSpec) -> ShardingType:
 
 @dataclass
 class XLAShard:
-    """One device's block of a sharded tensor: its data on the host and where it sits."""
+    """One device's block of a sharded tensor: its data on the host, the slices of the whole
+    tensor it holds, and where it sits. With uneven blocks ``data`` is padded with zeros to the
+    block size (as torch_xla's shards are); ``unpadded_data`` is the block itself."""
 
     data: torch.Tensor
     indices: tuple[slice, ...]
     device: str
+    replica_id: int = 0
+
+    @property
+    def unpadded_data(self) -> torch.Tensor:
+        return self.data[tuple(slice(0, s.stop - s.start) for s in self.indices)]
 
 
 class XLAShardedTensor:
@@ -87,13 +94,34 @@ class XLAShardedTensor:
         t = self.global_tensor
         assert isinstance(t, XlaTensor)
         array = materialize([value(t)], [t._st], "local_shards")[0]
-        return [
-            XLAShard(torch.from_numpy(np.array(s.data)), tuple(s.index), f"xla:{s.device.id}")
-            for s in array.addressable_shards
-        ]
+        shape = tuple(t.shape)
+        if self.spec.divides(shape) and sharding.spec_of_array(array) == self.spec:
+            return [
+                XLAShard(torch.from_numpy(np.array(s.data)), _slices(s.index, shape), f"xla:{s.device.id}",
+                         s.replica_id)
+                for s in array.addressable_shards
+            ]
+        # Uneven blocks (or a layout the partitioner chose): cut the value as the spec says.
+        whole = np.asarray(array)
+        block = tuple(-(-size // n) for size, n in zip(shape, self.spec.tile_shape()))
+        shards: list[XLAShard] = []
+        seen: dict[tuple[tuple[int, int], ...], int] = {}
+        for device, index in sorted(self.spec.block_bounds(shape).items()):
+            data = np.zeros(block, dtype=whole.dtype)
+            part = whole[index]
+            data[tuple(slice(0, n) for n in part.shape)] = part
+            key = tuple((s.start, s.stop) for s in index)
+            seen[key] = seen.get(key, -1) + 1
+            shards.append(XLAShard(torch.from_numpy(data), index, f"xla:{device}", seen[key]))
+        return shards
 
     def __repr__(self) -> str:
         return f"XLAShardedTensor({self.global_tensor!r}, sharding_spec={self.sharding_spec!r})"
+
+
+def _slices(index: tuple[Any, ...], shape: tuple[int, ...]) -> tuple[slice, ...]:
+    """A JAX shard index with its open ends filled in from ``shape``."""
+    return tuple(slice(*s.indices(n)[:2]) for s, n in zip(index, shape))
 
 
 def _require_spmd(what: str) -> None:
@@ -137,18 +165,6 @@ def spec_for(mesh: Mesh, partition_spec: Sequence[PartitionEntry], ndim: int) ->
     )
 
 
-def _check_divisible(t: torch.Tensor, spec: sharding.ShardingSpec) -> None:
-    """JAX splits a dimension into equal blocks only (torch_xla would pad): say so where the
-    sharding is given, not at the compile that would fail."""
-    for dim, (size, blocks) in enumerate(zip(t.shape, spec.tile_shape())):
-        if size % blocks:
-            raise ValueError(
-                f"cannot shard a {tuple(t.shape)} tensor as {spec.hlo_string()}: dimension {dim} has size "
-                f"{size}, which does not split into {blocks} equal blocks. Shard a dimension its number "
-                "of blocks divides (or pad the tensor to a multiple of it)"
-            )
-
-
 def apply_spec(t: XlaTensor, spec: sharding.ShardingSpec) -> None:
     """Give ``t`` the sharding ``spec``: its device data is laid out now, a pending value is
     constrained in the graph, and its storage keeps the annotation."""
@@ -158,7 +174,6 @@ def apply_spec(t: XlaTensor, spec: sharding.ShardingSpec) -> None:
         # this value (writes through it no longer reach the base).
         t._st, t._chain, t._vcache = Storage(node, node.device), (), None
     st = t._st
-    _check_divisible(t, spec)
     if node.op is ir.DATA:
         array = sharding.place(node.value, spec)
         set_node(st, ir.data(array, node.shape, node.dtype, node.device))  # type: ignore[arg-type]
