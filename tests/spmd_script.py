@@ -265,7 +265,8 @@ xs.mark_sharding(pending, mesh, ("model", None))
 out["uneven_pending_spec"] = xs.get_sharding_spec(pending)
 out["uneven_pending_close"] = bool(torch.equal((pending + 1).cpu(), torch.arange(24.0).reshape(6, 4) * 2 + 1))
 texts = [p.executable.as_text() for p in graph.CACHE.values()]
-out["uneven_pending_padded"] = any(" pad(" in t and "f32[2,4]" in t and "num_partitions=8" in t for t in texts)
+padded = (" pad(", "f32[2,4]", "num_partitions=8")  # each device's 2 of the 6 rows, padded
+out["uneven_pending_padded"] = any(all(s in t for s in padded) for t in texts)
 
 # Mistakes name the fix.
 errors = {}

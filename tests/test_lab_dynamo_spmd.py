@@ -121,6 +121,18 @@ xs.mark_sharding(product, row_mesh, ("x", None))
 ok = bool(torch.allclose(product.cpu(), left.cpu() @ right.cpu(), atol=1e-3))
 print("close", ok)
 """)
+# The graph viewer's payload: each node's sharding, and once compiled the collectives.
+run("graph_setup", """
+import torch_xla
+def make_product():
+    p = left @ right
+    xs.mark_sharding(p, row_mesh, ("x", None))
+    return p
+p1 = make_product()
+""")
+run("graph_pending", "%xla_graph --format dot p1")
+run("graph_sync", "torch_xla.sync()")
+run("graph_compiled", "p2 = make_product()\\n%xla_graph --format dot p2")
 print(json.dumps(out))
 '''
 
@@ -222,3 +234,29 @@ def test_a_large_reshard_is_a_finding_with_the_ops_line(sharding_run: dict[str, 
     assert "KiB per device" in text
     assert "in <module>: product = left @ right" in text  # the op that needed it
     assert "xs.mark_sharding" in text
+
+
+def _graph_payload(run: dict[str, Any]) -> dict[str, Any]:
+    assert run["error"] is None, run["error"]
+    payload: dict[str, Any] = run["bundles"][0]["application/vnd.xlalab.graph+json"]
+    return payload
+
+
+def test_the_graph_viewer_gets_each_nodes_sharding_and_the_collectives(sharding_run: dict[str, Any]) -> None:
+    cols, rows = "{devices=[1,8]0,1,2,3,4,5,6,7}", "{devices=[8,1]0,1,2,3,4,5,6,7}"
+    pending = _graph_payload(sharding_run["graph_pending"])
+    by_op = {n["op"]: n for n in pending["nodes"]}
+    assert [n["sharding"] for n in pending["nodes"] if n["op"] == "xla::device_data"] == [cols, cols]
+    assert by_op["xla::custom_sharding"]["sharding"] == rows and by_op["aten::mm"]["sharding"] is None
+    assert pending["shardings"] == [{"spec": cols, "nodes": 2}, {"spec": rows, "nodes": 1}]
+    assert f"sharding={rows}" in pending["dot"]
+    assert pending["collectives"] is None  # not compiled yet: nothing known
+    assert sharding_run["graph_sync"]["error"] is None
+    compiled = _graph_payload(sharding_run["graph_compiled"])
+    assert compiled["hash"] == pending["hash"]
+    mm = next(n["id"] for n in compiled["nodes"] if n["op"] == "aten::mm")
+    # Both operands split by columns, the product by rows: the partitioner gathers a whole
+    # (512, 512) operand (1 MiB on each device) for the matmul.
+    gathers = [c for c in compiled["collectives"] if c["kind"] == "all-gather"]
+    assert gathers and gathers[0]["shape"].startswith("f32[512,512]") and gathers[0]["nbytes"] == 1 << 20
+    assert all(c["op"] == "aten::mm" and c["nodes"] == [mm] for c in compiled["collectives"]), compiled

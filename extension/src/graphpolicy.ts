@@ -17,6 +17,24 @@ export interface GraphNode {
   shape: string;
   frames: SourceLocation[];
   roots: number[];
+  /** SPMD: how the node's value is split over the mesh (torch_xla's spec string) */
+  sharding: string | null;
+}
+
+/** A collective XLA's partitioner inserted into the graph's compiled program. */
+export interface GraphCollective {
+  kind: string;
+  /** its result, as HLO writes it */
+  shape: string;
+  /** bytes of its result on each device */
+  nbytes: number;
+  /** the aten op whose lowering needed it */
+  op: string;
+  /** the user's `file:line`, when the HLO recorded it */
+  location: string;
+  replica_groups: string;
+  /** the shown nodes whose op could have needed it */
+  nodes: string[];
 }
 
 export interface GraphPayload {
@@ -27,6 +45,28 @@ export interface GraphPayload {
   shown_nodes: number;
   nodes: GraphNode[];
   op_counts: [string, number][];
+  /** whether the kernel ran in SPMD mode (the payload has a `shardings` legend) */
+  spmd: boolean;
+  /** the shardings the shown nodes have, first seen first, with their node counts */
+  shardings: { spec: string; nodes: number }[];
+  /** whether the graph's compiled program was found (`collectives` is null when not) */
+  compiled: boolean;
+  collectives: GraphCollective[];
+}
+
+function readCollective(raw: unknown): GraphCollective | null {
+  if (!isObject(raw) || typeof raw.kind !== 'string') {
+    return null;
+  }
+  return {
+    kind: raw.kind,
+    shape: str(raw.shape),
+    nbytes: num(raw.nbytes),
+    op: str(raw.op),
+    location: str(raw.location),
+    replica_groups: str(raw.replica_groups),
+    nodes: Array.isArray(raw.nodes) ? raw.nodes.filter((n): n is string => typeof n === 'string') : []
+  };
 }
 
 export const MAX_LAYOUT_NODES = 2000;
@@ -52,7 +92,8 @@ export function readGraphPayload(value: unknown): GraphPayload | null {
         frames: Array.isArray(raw.frames)
           ? raw.frames.map(readLocation).filter((f): f is SourceLocation => f !== null)
           : [],
-        roots: Array.isArray(raw.roots) ? raw.roots.filter((r): r is number => typeof r === 'number') : []
+        roots: Array.isArray(raw.roots) ? raw.roots.filter((r): r is number => typeof r === 'number') : [],
+        sharding: typeof raw.sharding === 'string' && raw.sharding ? raw.sharding : null
       });
     }
   }
@@ -72,7 +113,18 @@ export function readGraphPayload(value: unknown): GraphPayload | null {
     num_nodes: numNodes,
     shown_nodes: num(value.shown_nodes, numNodes),
     nodes,
-    op_counts: opCounts
+    op_counts: opCounts,
+    spmd: Array.isArray(value.shardings),
+    shardings: Array.isArray(value.shardings)
+      ? value.shardings
+          .filter(isObject)
+          .filter(e => typeof e.spec === 'string')
+          .map(e => ({ spec: str(e.spec), nodes: num(e.nodes) }))
+      : [],
+    compiled: Array.isArray(value.collectives),
+    collectives: Array.isArray(value.collectives)
+      ? value.collectives.map(readCollective).filter((c): c is GraphCollective => c !== null)
+      : []
   };
 }
 

@@ -21,6 +21,7 @@ import {
 import { layoutDot } from './layout';
 import { PanZoom, parseViewBox } from './panzoom';
 import { SourceLocation } from './protocol';
+import { collectiveNotes, paintShardings, shardingLegend } from './shardingview';
 import { sanitizeSvg } from './svgsanitize';
 
 function testId(id: string): Record<string, string> {
@@ -48,6 +49,7 @@ export class GraphView extends Widget implements IRenderMime.IRenderer {
   private _selected: Element | null = null;
   private readonly _header = h('div', { class: 'xlalab-Graph-header' });
   private readonly _toolbar = h('div', { class: 'xlalab-Graph-toolbar' });
+  private readonly _legend = h('div', { class: 'xlalab-Graph-legend' });
   private readonly _canvas = h('div', { class: 'xlalab-Graph-canvas' });
   private readonly _inspector = h('div', { class: 'xlalab-Graph-inspector' });
 
@@ -55,7 +57,7 @@ export class GraphView extends Widget implements IRenderMime.IRenderer {
     super();
     this.addClass('xlalab-Graph');
     this.node.setAttribute('data-testid', 'xlalab-graph');
-    replaceChildren(this.node, this._header, this._toolbar, this._canvas, this._inspector);
+    replaceChildren(this.node, this._header, this._toolbar, this._legend, this._canvas, this._inspector);
     this._canvas.addEventListener('click', this._onCanvasClick);
   }
 
@@ -73,6 +75,7 @@ export class GraphView extends Widget implements IRenderMime.IRenderer {
     }
     this._nodes = new Map(payload.nodes.map(n => [n.id, n]));
     this._renderHeader(payload);
+    replaceChildren(this._legend, shardingLegend(payload));
     const mode = chooseGraphMode(payload);
     if (mode.mode === 'summary') {
       this._renderSummary(payload, mode.reason);
@@ -80,7 +83,10 @@ export class GraphView extends Widget implements IRenderMime.IRenderer {
     }
     replaceChildren(this._canvas, h('p', { class: 'xlalab-Graph-message' }, 'Laying out the graph…'));
     const changes = options.changes ?? new Map<string, NodeChange>();
-    const notes = new Map([...changes].map(([id, change]) => [id, change.note]));
+    const notes = collectiveNotes(payload);
+    for (const [id, change] of changes) {
+      notes.set(id, notes.has(id) ? `${change.note}; ${notes.get(id)}` : change.note);
+    }
     let svgText: string;
     try {
       svgText = await layoutDot(annotateDot(tidyDotLabels(payload.dot), notes));
@@ -101,6 +107,7 @@ export class GraphView extends Widget implements IRenderMime.IRenderer {
     svg.setAttribute('width', '100%');
     svg.setAttribute('height', '100%');
     svg.classList.add('xlalab-Graph-svg');
+    paintShardings(svg, payload);
     for (const group of svg.querySelectorAll('g.node')) {
       const change = changes.get(group.querySelector('title')?.textContent?.trim() ?? '');
       if (change) {
@@ -164,6 +171,7 @@ export class GraphView extends Widget implements IRenderMime.IRenderer {
     this._nodes.clear();
     replaceChildren(this._header);
     replaceChildren(this._toolbar);
+    replaceChildren(this._legend);
     replaceChildren(this._inspector);
     this._inspector.removeAttribute('data-testid');
     this._canvas.classList.remove('xlalab-mod-summary');
@@ -291,6 +299,7 @@ export class GraphView extends Widget implements IRenderMime.IRenderer {
       field('node', node.id),
       field('op', node.op),
       field('shape', node.shape || '—'),
+      node.sharding ? field('sharding', node.sharding) : null,
       node.roots.length ? field('root of outputs', node.roots.join(', ')) : null,
       node.frames.length
         ? h('div', { class: 'xlalab-Field-label' }, 'source')

@@ -20,6 +20,7 @@ import torch
 
 from xlalab.debug import graph_dump
 from xlalab.runtime import graph as _graph
+from xlalab.runtime import sharding as _sharding
 from xlalab.runtime import tensor as _tensor
 
 from .cells import CellMap
@@ -61,9 +62,10 @@ def pending_graph(tensors: list[tuple[str, torch.Tensor]] | None) -> tuple[Any, 
 def graph_payload(
     graph: Any, cells: CellMap, *, title: str, max_nodes: int | None = DEFAULT_MAX_NODES
 ) -> dict[str, Any]:
-    """The MIME payload of docs/lab-protocol.md: dot, node table and op counts."""
+    """The MIME payload of docs/lab-protocol.md: dot, node table and op counts; in SPMD mode
+    also each node's sharding, the shardings' legend and the compiled program's collectives."""
     rows, total, op_counts = graph_dump.graph_rows(graph, max_nodes=max_nodes)
-    return {
+    payload: dict[str, Any] = {
         "v": 1,
         "hash": f"{graph.hash:x}",
         "title": title,
@@ -78,11 +80,57 @@ def graph_payload(
                 "operands": r.operands,
                 "frames": [cells.location(f) for f in cells.user_frames(r.frames)],
                 "roots": r.roots,
+                "sharding": _sharding_attr(r.attrs),
             }
             for r in rows
         ],
         "op_counts": [[name, n] for name, n in op_counts],
     }
+    if _sharding.enabled():
+        payload.update(spmd_payload(graph, rows, payload["nodes"]))
+    return payload
+
+
+def _needing(c: Any, rows: list[Any], nodes: list[dict[str, Any]]) -> list[str]:
+    """The ids of the shown nodes whose op could have needed collective ``c``."""
+    from xlalab.distributed.spmd.collectives import node_matches
+
+    return [n["id"] for r, n in zip(rows, nodes) if node_matches(c, r.name, r.frames)]
+
+
+def _sharding_attr(attrs: list[str]) -> str | None:
+    for a in attrs:
+        if a.startswith("sharding="):
+            return a[len("sharding=") :]
+    return None
+
+
+def spmd_payload(graph: Any, rows: list[Any], nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The legend of the shardings the shown nodes have (first seen first), and the collectives
+    XLA's partitioner inserted into the graph's compiled program, each with the nodes whose op
+    needed it (None: the graph has not been compiled, so nothing is known yet)."""
+    from xlalab.distributed.spmd import collectives
+
+    legend: dict[str, int] = {}
+    for n in nodes:
+        if n["sharding"] is not None:
+            legend[n["sharding"]] = legend.get(n["sharding"], 0) + 1
+    program = collectives.latest_program(graph.hash)
+    found = None
+    if program is not None:
+        found = [
+            {
+                "kind": c.kind,
+                "shape": c.shape,
+                "nbytes": c.nbytes,
+                "op": c.aten_op,
+                "location": c.location,
+                "replica_groups": c.replica_groups,
+                "nodes": _needing(c, rows, nodes),
+            }
+            for c in collectives.program_collectives(program)
+        ]
+    return {"shardings": [{"spec": spec, "nodes": k} for spec, k in legend.items()], "collectives": found}
 
 
 def _cell_locations(dot: str, rows: list[Any], cells: CellMap) -> str:

@@ -116,3 +116,28 @@ def reshards(found: list[Collective], min_bytes: int = 1 << 20) -> list[Collecti
     ``min_bytes`` per device: where the partitioner had to reshard because operands' shardings
     did not fit the op. Shard the op's operands compatibly (``mark_sharding``) to avoid them."""
     return [c for c in found if c.kind in RESHARDS and c.nbytes >= min_bytes]
+
+
+def latest_program(graph_hash: int) -> Any:
+    """The newest compiled program of the graph with ``graph_hash`` in the compile cache (None
+    when it is not compiled, or was evicted). A graph has one program per input layout; the
+    newest is the one its last run used."""
+    from ...runtime import graph
+
+    found = None
+    for program in graph.CACHE.values():
+        if program.graph_hash == graph_hash:
+            found = program
+    return found
+
+
+def node_matches(c: Collective, op: str, frames: Any) -> bool:
+    """Whether a graph node (its op name and creation frames) is one whose lowering could have
+    needed collective ``c``: the same aten op, and the same ``file:line`` when the HLO names it."""
+    if not c.aten_op or op != c.aten_op:
+        return False
+    if not c.location:
+        return True
+    import os
+
+    return any(f"{os.path.basename(f.file)}:{f.line}" == c.location for f in frames[:1])
