@@ -19,11 +19,14 @@ OR_LOCK_HINT := $(if $(LOCK),|| { echo "pip could not install the versions in $(
 
 # One stamp per Python environment: installing into one says nothing about another. The key is
 # the environment's prefix, the identity of its site-packages (a venv made anew at the same path
-# gets a new one) and pip's user scheme.
-PY_KEY = $(shell $(PYTHON) -c 'import hashlib, os, sys, sysconfig; \
+# gets a new one), pip's user scheme, this checkout, and where that environment's xlalab comes
+# from: an editable install made from another checkout (or none) means this one is not installed.
+PY_KEY_COMMAND = $(PYTHON) -c 'import hashlib, importlib.metadata as md, os, sys, sysconfig; \
 	k = [sys.prefix, str(os.stat(sysconfig.get_path("purelib")).st_ino), \
-	os.environ.get("PIP_USER", ""), os.environ.get("PYTHONUSERBASE", "")]; \
-	print(hashlib.sha1("|".join(k).encode()).hexdigest()[:12])' 2>/dev/null || echo missing-python)
+	os.environ.get("PIP_USER", ""), os.environ.get("PYTHONUSERBASE", ""), os.getcwd()]; \
+	k += [d.read_text("direct_url.json") or "" for d in md.distributions(name="xlalab")]; \
+	print(hashlib.sha1("|".join(k).encode()).hexdigest()[:12])' 2>/dev/null || echo missing-python
+PY_KEY = $(shell $(PY_KEY_COMMAND))
 STAMP := .install-$(PY_KEY).stamp
 
 .PHONY: install demo lab lab-notebooks test lint bench fuzz lock clean
@@ -85,7 +88,8 @@ $(STAMP): pyproject.toml $(LOCK) $(wildcard xlalab/_hook/*) | $(EXT_BUILD)
 	command -v chromium >/dev/null && command -v gdb >/dev/null || if [ "$$(id -u)" = 0 ]; then \
 		apt-get update && apt-get install -y chromium gdb; \
 		else echo "chromium or gdb is missing and we are not root: install them for the tests"; fi
-	touch $(STAMP)
+	# The key as it is now that this checkout is the installed xlalab.
+	touch .install-$$($(PY_KEY_COMMAND)).stamp
 
 install: $(STAMP) $(EXT_BUILD)
 

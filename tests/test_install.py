@@ -306,6 +306,21 @@ def test_make_install_with_a_venv_python_by_path(make_installed: MadeVenv) -> No
     )
 
 
+def test_make_install_reinstalls_when_the_environment_holds_another_checkout(
+    make_installed: MadeVenv, tmp_path: Path
+) -> None:
+    """A checkout installed into an environment once, then another checkout installed over it:
+    the first checkout's stamp must not say it is still the installed one."""
+    src = make_installed.venv.src
+    other = _copy_tree(tmp_path / "other-checkout")
+    for stamp in src.glob(".install-*.stamp"):
+        shutil.copy2(stamp, other / stamp.name)
+    env = _env(_bare_path())
+    argv = ["make", "-n", f"PYTHON={make_installed.venv.python}", "install"]
+    assert "pip install" not in _run(argv, cwd=src, env=env)
+    assert "pip install" in _run(argv, cwd=other, env=env)
+
+
 def test_lock_pins_what_the_test_environment_holds() -> None:
     """Every package that xlalab[test] brings (transitively) is pinned, at the version installed here."""
     import importlib.metadata as md
