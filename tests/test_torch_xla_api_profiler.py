@@ -4,6 +4,7 @@ and XLA's executions, in the formats TensorBoard (XPlane) and Perfetto (trace JS
 from __future__ import annotations
 
 import gzip
+import inspect
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import torch
 
 import xlalab.core.xla_model as xm
 import xlalab.debug.profiler as xp
+from xlalab.runtime import events
 
 from .conftest import counter
 
@@ -81,3 +83,40 @@ def test_trace_capture_from_own_server_and_clear_errors(tmp_path: Path) -> None:
     assert list((tmp_path / "cap" / "plugins" / "profile").glob("*/*.xplane.pb"))
     with pytest.raises(RuntimeError, match=f"runs on port {port}"):
         xp.trace("localhost:1", str(tmp_path))
+
+
+def test_regions_are_published_as_they_start_and_end(dev: torch.device) -> None:
+    # What the lab's timeline draws: each region's start and end, with its name, nesting and step.
+    seen: list[events.RegionEvent] = []
+    unsubscribe = events.subscribe(lambda e: seen.append(e) if isinstance(e, events.RegionEvent) else None)
+    model = torch.nn.Linear(8, 4).to(dev)
+    x = torch.randn(4, 8).to(dev)
+    top = inspect.currentframe().f_lineno  # type: ignore[union-attr]
+    try:
+        with xp.StepTrace("train_step", step_num=7):
+            with xp.Trace("forward_region"):
+                _loss(model, x).backward()
+    finally:
+        unsubscribe()
+    order = [(e.name, e.phase, e.depth) for e in seen]
+    assert order == [
+        ("train_step", "start", 0),
+        ("forward_region", "start", 1),
+        ("loss_fn", "start", 2),
+        ("loss_fn", "end", 2),
+        ("forward_region", "end", 1),
+        ("train_step", "end", 0),
+    ]
+    by_name = {e.name: [x for x in seen if x.name == e.name] for e in seen}
+    for name, (start, end) in by_name.items():
+        assert start.region == end.region and end.seconds >= 0 and start.seconds == 0, name
+    assert len({e.region for e in seen}) == 3
+    assert {e.step for e in seen if e.name == "train_step"} == {7}
+    assert all(e.step is None for e in seen if e.name != "train_step")
+    # The step region spans its barrier, which StepTrace runs at its end.
+    assert by_name["train_step"][1].seconds >= by_name["forward_region"][1].seconds
+    # Each region points at the user's line that opened it.
+    here = Path(__file__).name
+    assert seen[0].frames[0].file.endswith(here) and seen[0].frames[0].line == top + 2
+    assert seen[1].frames[0].line == top + 3
+    assert seen[2].frames[0].function == "test_regions_are_published_as_they_start_and_end"

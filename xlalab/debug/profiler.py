@@ -19,11 +19,16 @@ XLA's side: compiles, the HLO passes, each execution of a compiled graph and its
 
 ``start_server(port)`` runs JAX's profiler server, which TensorBoard's "capture profile"
 (and :func:`trace` from another process with the tensorboard-plugin-profile client) talk to.
+
+Each region is also published on the runtime's event bus when it starts and when it ends
+(``events.RegionEvent``), whether or not a trace is being taken: the lab's timeline draws the
+regions beside the compiles and executions, as spans with their names.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import threading
 import time
@@ -31,6 +36,9 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+
+from ..runtime import events
+from ..runtime.frames import Frame, user_frames
 
 _marked = threading.local()
 
@@ -142,12 +150,57 @@ def trace_detached(*args: Any, **kwargs: Any) -> threading.Thread:
     return thread
 
 
+_region_ids = itertools.count(1)
+_nesting = threading.local()  # .depth: the regions open on this thread
+
+
+class _OpenRegion:
+    """A region between its start and its end events."""
+
+    __slots__ = ("depth", "frames", "name", "region", "started", "step")
+
+    def __init__(self, name: str, step: int | None) -> None:
+        self.name = name
+        self.step = step
+        self.region = next(_region_ids)
+        self.depth = getattr(_nesting, "depth", 0)
+        _nesting.depth = self.depth + 1
+        self.frames: tuple[Frame, ...] = user_frames() if events.listening() else ()
+        self.started = time.perf_counter()
+        self._publish("start", 0.0)
+
+    def close(self) -> None:
+        _nesting.depth = self.depth
+        self._publish("end", time.perf_counter() - self.started)
+
+    def _publish(self, phase: str, seconds: float) -> None:
+        if events.listening():
+            events.publish(
+                events.RegionEvent(
+                    name=self.name, phase=phase, region=self.region, depth=self.depth, step=self.step,
+                    seconds=seconds, frames=self.frames,
+                )
+            )  # fmt: skip
+
+
 class Trace(jax.profiler.TraceAnnotation):
     """A named region on the trace's timeline (``with xp.Trace("forward"):``)."""
 
     def __init__(self, name: str, **kwargs: Any) -> None:
         self.name = name
+        self._open: list[_OpenRegion] = []
         super().__init__(name, **kwargs)
+
+    def __enter__(self) -> Trace:
+        self._open.append(_OpenRegion(self.name, None))
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            self._open.pop().close()
 
 
 class StepTrace(jax.profiler.StepTraceAnnotation):
@@ -156,10 +209,14 @@ class StepTrace(jax.profiler.StepTraceAnnotation):
 
     def __init__(self, name: str, **kwargs: Any) -> None:
         self.name = name
+        step = kwargs.get("step_num")
+        self._step = step if isinstance(step, int) else None
+        self._open: list[_OpenRegion] = []
         super().__init__(name, **kwargs)
 
     def __enter__(self) -> StepTrace:
         set_tracer_marked_step(False)
+        self._open.append(_OpenRegion(self.name, self._step))
         super().__enter__()
         return self
 
@@ -170,7 +227,10 @@ class StepTrace(jax.profiler.StepTraceAnnotation):
             if exc[0] is None and not get_tracer_marked_step():
                 xm.mark_step()
         finally:
-            super().__exit__(*exc)
+            try:
+                super().__exit__(*exc)
+            finally:
+                self._open.pop().close()
 
 
 def trace_me(scope: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -96,6 +96,24 @@ class TransferEvent(Event):
     seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class RegionEvent(Event):
+    """A user's profiler region (``torch_xla.debug.profiler``: ``Trace``, ``StepTrace``,
+    ``trace_me``) started (``phase`` "start") or ended ("end", ``seconds`` after its start).
+
+    ``region`` pairs the two events of one region; ``depth`` is how many regions of this thread
+    were already open around it; ``step`` is a ``StepTrace``'s ``step_num`` (None otherwise).
+    """
+
+    kind: str = field(init=False, default="region")
+    name: str = ""
+    phase: str = ""  # "start" or "end"
+    region: int = 0
+    depth: int = 0
+    step: int | None = None
+    seconds: float = 0.0
+
+
 Subscriber = Callable[[Event], None]
 _subscribers: list[Subscriber] = []
 
