@@ -142,7 +142,7 @@ export function shardingLegend(payload: GraphPayload): HTMLElement | null {
       ),
       h(
         'ul',
-        { class: 'xlalab-Sharding-collectives' },
+        { class: 'xlalab-Sharding-collectives', attrs: { style: 'margin:2px 0' } },
         ...payload.collectives.map(c =>
           h(
             'li',
@@ -157,9 +157,19 @@ export function shardingLegend(payload: GraphPayload): HTMLElement | null {
   }
   return h(
     'div',
-    { class: 'xlalab-Sharding-legend', attrs: { 'data-testid': 'xlalab-sharding-legend' } },
+    {
+      class: 'xlalab-Sharding-legend',
+      attrs: {
+        'data-testid': 'xlalab-sharding-legend',
+        style: 'margin:4px 0;font-size:var(--jp-ui-font-size1)'
+      }
+    },
     h('div', {}, h('b', {}, 'Shardings')),
-    h('ul', { class: 'xlalab-Sharding-specs', attrs: { style: 'list-style:none;padding-left:0' } }, ...rows),
+    h(
+      'ul',
+      { class: 'xlalab-Sharding-specs', attrs: { style: 'list-style:none;padding-left:0;margin:2px 0' } },
+      ...rows
+    ),
     collectives
   );
 }

@@ -163,6 +163,40 @@ for _ in range({LEGIBLE_CHAIN}):
 ]
 FRAMES_CELL, CHAIN_GRAPH_CELL, ROOTS_GRAPH_CELL, NO_FRAMES_GRAPH_CELL = 1, 2, 4, 7
 
+# 8. SPMD over 8 CPU devices (this kernel's own process): the viewer colours by sharding and
+# marks the all-gather the partitioner inserts for the matmul.
+SPMD_GRAPH = [
+    "import os\n\nos.environ['XLA_NUM_DEVICES'] = '8'  # before xlalab starts JAX\n" + LOAD,
+    """\
+import numpy as np
+import torch
+import xlalab
+
+xlalab.use_torch_xla_names()
+import torch_xla
+import torch_xla.distributed.spmd as xs
+import torch_xla.runtime as xr
+
+xr.use_spmd()
+mesh = xs.Mesh(np.arange(8), (8,), ("x",))
+left, right = torch.randn(64, 64).to("xla"), torch.randn(64, 64).to("xla")
+xs.mark_sharding(left, mesh, (None, "x"))
+xs.mark_sharding(right, mesh, (None, "x"))
+
+
+def product():
+    p = left @ right
+    xs.mark_sharding(p, mesh, ("x", None))
+    return p
+
+
+p = product()
+torch_xla.sync()
+p = product()""",
+    "%xla_graph p --format dot",
+]
+SPMD_GRAPH_CELL = 2
+
 NOTEBOOKS: dict[str, list[str]] = {
     "plain.ipynb": PLAIN,
     "compile_recompile.ipynb": COMPILE_RECOMPILE,
@@ -173,6 +207,7 @@ NOTEBOOKS: dict[str, list[str]] = {
     "escaping.ipynb": ESCAPING,
     "two_pages.ipynb": TWO_PAGES,
     "newcomer_graphs.ipynb": NEWCOMER_GRAPHS,
+    "spmd_graph.ipynb": SPMD_GRAPH,
 }
 
 

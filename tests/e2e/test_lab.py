@@ -251,6 +251,47 @@ def test_graph_viewer(lab: Lab, artifacts: Path) -> None:
     lab.screenshot(artifacts / "graph-summary.png")
 
 
+def test_graph_viewer_colours_shardings_and_marks_collectives(lab: Lab, artifacts: Path) -> None:
+    path = "spmd_graph.ipynb"
+    lab.open_notebook(path)
+    lab.run_cells(path, 0, 1, nb.SPMD_GRAPH_CELL)
+    graph = lab.cell(path, nb.SPMD_GRAPH_CELL).get_by_test_id("xlalab-graph")
+    expect(graph.locator("svg g.node").first).to_be_visible()
+    cols, rows = "{devices=[1,8]0,1,2,3,4,5,6,7}", "{devices=[8,1]0,1,2,3,4,5,6,7}"
+    legend = graph.get_by_test_id("xlalab-sharding-legend")
+    entries = legend.get_by_test_id("xlalab-sharding-entry")
+    expect(entries).to_have_count(2)
+    expect(entries.nth(0)).to_have_text(f"{cols} 2 nodes")  # the operands, split by columns
+    expect(entries.nth(1)).to_have_text(f"{rows} 1 node")  # the product's constraint, by rows
+    # Drawn in their legend colours: both operands alike, the constraint in the second colour.
+    fills = graph.evaluate(
+        """(root) => [...root.querySelectorAll('svg g.node[data-sharding]')].map(g => [
+            g.getAttribute('data-sharding'), g.querySelector('polygon, ellipse').getAttribute('fill')])"""
+    )
+    swatches = entries.locator(".xlalab-Sharding-swatch").evaluate_all(
+        "(els) => els.map(e => getComputedStyle(e).backgroundColor)"
+    )
+
+    def rgb(hex_colour: str) -> str:
+        r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+        return f"rgb({r}, {g}, {b})"
+
+    assert sorted((spec, rgb(fill)) for spec, fill in fills) == sorted(
+        [(cols, swatches[0]), (cols, swatches[0]), (rows, swatches[1])]
+    ), (fills, swatches)
+    assert swatches[0] != swatches[1]
+    # The all-gather the partitioner inserted for the matmul: listed with its size, and marked
+    # on the aten::mm node.
+    gather = legend.get_by_test_id("xlalab-collective").filter(has_text="all-gather")
+    expect(gather.first).to_contain_text("all-gather f32[64,64] (16 KB per device) for aten::mm")
+    marked = graph.locator('svg g.node[data-collective="true"]')
+    expect(marked).to_have_count(1)
+    expect(marked).to_contain_text("aten::mm")
+    expect(marked).to_contain_text("⇆ all-gather")
+    marked.scroll_into_view_if_needed()
+    lab.screenshot(artifacts / "graph-spmd.png")
+
+
 def test_panel_follows_the_active_notebook_and_kernel_restarts(lab: Lab, expected: nb.ExpectedCounts) -> None:
     a, b = "two_a.ipynb", "two_b.ipynb"
     want_a, want_b = expected.get(a)[-1]["uncached"], expected.get(b)[-1]["uncached"]
