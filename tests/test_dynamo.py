@@ -120,6 +120,36 @@ def test_inplace_updates_of_inputs_and_views(dev: torch.device) -> None:
     torch.testing.assert_close(out.cpu(), want)
 
 
+def test_written_inputs_keep_values_others_still_read(dev: torch.device) -> None:
+    """An input the graph writes to is updated in place (its buffer is donated to XLA) only
+    when nothing else reads its old value: a pending op, an alias or a view keep theirs."""
+
+    def bump(x: torch.Tensor) -> torch.Tensor:
+        x.add_(1)
+        return x * 2
+
+    f = torch.compile(bump, backend="xlalab")
+    x = torch.zeros(3, device=dev)
+    xlalab.mark_step()
+    f(x)
+    before = x * 1  # pending: reads the value x has now
+    alias, view = x.detach(), x[1:]
+    doubled = f(x)
+    f(x)
+    torch.testing.assert_close(before.cpu(), torch.ones(3))
+    torch.testing.assert_close(doubled.cpu(), torch.full((3,), 4.0))
+    torch.testing.assert_close(alias.cpu(), torch.full((3,), 3.0))
+    torch.testing.assert_close(view.cpu(), torch.full((2,), 3.0))
+    snapshot = x.cpu()
+    del before, view
+    for _ in range(3):  # nothing else holds x's buffer now: the program takes it over
+        out = f(x)
+    torch.testing.assert_close(x.cpu(), torch.full((3,), 6.0))
+    torch.testing.assert_close(alias.cpu(), torch.full((3,), 6.0))
+    torch.testing.assert_close(out.cpu(), torch.full((3,), 12.0))
+    torch.testing.assert_close(snapshot, torch.full((3,), 3.0))
+
+
 def test_random_ops_draw_fresh_numbers_each_call(dev: torch.device) -> None:
     f = torch.compile(lambda x: F.dropout(x, 0.5, training=True), backend="xlalab")
     x = torch.ones(4096, device=dev)

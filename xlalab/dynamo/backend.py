@@ -33,6 +33,10 @@ def backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Cal
 
     integration.install()
     label = report.note_dynamo_graph(gm)
+    # An inference graph (the optimizer's step) keeps its in-place updates of inputs in the
+    # graph: the program writes them back itself, instead of AOTAutograd copying each one into
+    # its input after the call (a dispatch per parameter and state tensor, every step).
+    kwargs.setdefault("keep_inference_input_mutations", True)
     aot = aot_autograd(
         fw_compiler=_compiler(label, "forward"), bw_compiler=_compiler(label, "backward"), **kwargs
     )

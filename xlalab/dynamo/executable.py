@@ -21,6 +21,7 @@ Semantics kept from eager:
 
 from __future__ import annotations
 
+import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -32,7 +33,7 @@ import numpy as np
 import torch
 from torch import fx
 
-from xlalab.runtime import backend, config, events, graph, index_checks, ir, metrics, tensor
+from xlalab.runtime import backend, config, events, graph, index_checks, ir, metrics, sharding, tensor
 from xlalab.runtime.device import rng_operands
 from xlalab.runtime.frames import user_frames
 from xlalab.runtime.tensor import XlaTensor
@@ -121,7 +122,14 @@ class _Output:
 
 @dataclass
 class Variant:
-    """The executable for one set of input shapes, and how its inputs and outputs map."""
+    """The executable for one set of input shapes, and how its inputs and outputs map.
+
+    ``donating`` (when the graph writes to inputs) is the same program with those inputs'
+    buffers donated, so XLA updates parameters and optimizer state in place instead of
+    allocating new ones each call, as a hand-written ``jax.jit(..., donate_argnums=...)`` step
+    does. It runs only when each such input is held by nothing but its tensor (checked per
+    call); otherwise ``program`` runs, which leaves its inputs alone.
+    """
 
     program: Any
     ir_graph: graph.Graph
@@ -134,6 +142,10 @@ class Variant:
     mutations: list[tuple[int, int, tuple[int, ...], torch.dtype]]  # (root, argument, shape, dtype)
     fixed_scalars: Any = None
     checks: list[Any] = field(default_factory=list)  # XLALAB_CHECK_INDICES flags, the last outputs
+    donating: Any = None  # called as donating(*datas, scalars)
+    donated: list[int] = field(default_factory=list)  # argument indices whose buffers it donates
+    kept: list[int] = field(default_factory=list)  # the other arguments read from the device
+    plain: Callable[[], Any] | None = None  # makes ``program`` when it was not compiled up front
 
     def __post_init__(self) -> None:
         if not self.rng:
@@ -141,9 +153,19 @@ class Variant:
                 np.asarray(self.scalars, np.float64), backend.jax_device(self.device)
             )
 
+    def _may_donate(self, args: Sequence[Any]) -> bool:
+        if not all(_exclusive(args[k]) for k in self.donated):
+            return False
+        # The same storage passed twice (a tensor and its alias) must not be donated either.
+        storages = {id(args[k]._st) for k in self.donated}
+        if len(storages) < len(self.donated):
+            return False
+        return not any(type(a := args[k]) is XlaTensor and id(a._st) in storages for k in self.kept)
+
     def run(self, args: Sequence[Any], name: str) -> list[Any]:
         dev = self.device
-        datas = list(self.leaves)
+        datas = self.leaves.copy()
+        donate = self.donating is not None and self._may_donate(args)
         for pos, k in self.inputs:
             datas[pos] = _array(args[k], dev)
         scalars = self.fixed_scalars
@@ -155,7 +177,13 @@ class Variant:
                 vals[offset_pos] = offset.value
             scalars = jax.device_put(np.asarray(vals, np.float64), backend.jax_device(dev))
         t0 = time.perf_counter_ns()
-        outs = self.program(datas, scalars)
+        if donate:
+            outs = self.donating(*datas, scalars)
+        else:
+            if self.program is None:
+                self.program = self.plain()  # type: ignore[misc]
+            outs = self.program(datas, scalars)
+        del datas  # a donated buffer is gone: drop the list that held it
         if config.get("XLA_SYNC_WAIT"):
             jax.block_until_ready(outs)
         dt = time.perf_counter_ns() - t0
@@ -164,7 +192,7 @@ class Variant:
         if events.listening():
             events.publish(
                 DynamoExecuteEvent(
-                    graph_hash=self.program.graph_hash,
+                    graph_hash=self.ir_graph.hash,
                     seconds=dt / 1e9,
                     device=f"xla:{dev}",
                     frames=user_frames(),
@@ -188,6 +216,20 @@ class Variant:
             else:
                 results.append(o.value)
         return results
+
+
+def _exclusive(t: Any) -> bool:
+    """Whether ``t``'s device buffer is held by ``t``'s storage alone, so that a program may
+    take it over (donate it): no pending op reads the value, no other tensor or view shares the
+    node, nothing else keeps the array. Counts are ``sys.getrefcount``'s: the storage's
+    reference, this function's local and the call's argument."""
+    if type(t) is not XlaTensor or t._chain:
+        return False
+    node = t._st.node
+    if node.op is not ir.DATA or sys.getrefcount(node) > 3:
+        return False
+    arr = node.value
+    return arr is not None and sys.getrefcount(arr) <= 3
 
 
 def _write_back(target: Any, node: ir.Node) -> None:
@@ -386,20 +428,90 @@ def _compile(
     jdev = backend.jax_device(dev)
     scalar_array = jax.device_put(np.asarray(scalars, np.float64), jdev)
     key = (g.key, graph._trace_settings())
-    program = graph.CACHE.get(key)
-    if program is None:
-        program = graph.compile_graph(g, list(leaves), scalar_array, "dynamo_compile")
-        graph.CACHE.put(key, program)
-    else:
-        graph.note_cache_hit(g, program, dev, "dynamo_compile")
+    # Inputs the graph writes to (an optimizer's parameters and state) are donated: XLA then
+    # updates them in place. Not in SPMD mode, whose programs pin shardings of their own.
+    written = {k for _, k, _, _ in mutations}
+    donated = [
+        k for _, k in inputs if k in written and type(placeholders[k]) is XlaTensor and not sharding.enabled()
+    ]
+    donate_positions = tuple(pos for pos, k in inputs if k in donated)
+    donating = None
+    if donated:
+        donating = _compile_donating(g, leaves, scalar_array, donate_positions, key)
+    program: Any = None
+    if donating is None:
+        program = _plain_program(g, leaves, scalar_array, key, dev)
     # Keep no input's array alive through the graph: inputs are fed per call.
     for pos, _ in inputs:
         leaves[pos] = None
     for n in g.nodes:
         if n.op is ir.DATA and id(n) in arg_of:
             n.value = None
-    report.note_program(name, g, program)
-    return Variant(program, g, dev, leaves, inputs, scalars, rng, outputs, mutations)
+    report.note_program(name, g, donating.program if donating is not None else program)
+    variant = Variant(program, g, dev, leaves, inputs, scalars, rng, outputs, mutations)
+    if donating is not None:
+        # The non-donating program, for a call whose written input is shared, compiles then.
+        shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in donating.avals]
+        variant.donating = donating.call
+        variant.donated = donated
+        variant.kept = [k for _, k in inputs if k not in donated]
+        variant.plain = lambda: _plain_program(g, shapes, scalar_array, key, dev)
+    return variant
+
+
+def _plain_program(g: graph.Graph, leaves: list[Any], scalar_array: Any, key: Any, dev: int) -> Any:
+    """The runtime's own program for ``g`` (shared with lazy mode's cache)."""
+    program = graph.CACHE.get(key)
+    if program is None:
+        program = graph.compile_graph(g, list(leaves), scalar_array, "dynamo_compile")
+        graph.CACHE.put(key, program)
+    else:
+        graph.note_cache_hit(g, program, dev, "dynamo_compile")
+    return program
+
+
+@dataclass
+class _Donating:
+    program: graph.Program
+    call: Any
+    avals: list[Any]
+
+
+_DONATING: dict[Any, _Donating] = {}
+
+
+def _compile_donating(
+    g: graph.Graph, leaves: list[Any], scalar_array: Any, positions: tuple[int, ...], key: Any
+) -> _Donating | None:
+    """``g`` compiled with the data leaves at ``positions`` donated, counted as the runtime
+    counts its compiles; None if it does not lower (the runtime's own compile then reports why)."""
+    full_key = (key, positions)
+    hit = _DONATING.get(full_key)
+    device = f"xla:{g.key[-1]}"
+    if hit is not None:
+        graph.note_cache_hit(g, hit.program, int(g.key[-1]), "dynamo_compile")
+        return hit
+    fn = graph.build_function(g)
+    n = len(leaves)
+
+    def flat(*operands: Any) -> list[Any]:
+        return fn(list(operands[:n]), operands[n])
+
+    graph.publish_compile_start(g, device, "dynamo_compile")
+    t0 = time.perf_counter_ns()
+    try:
+        executable = jax.jit(flat, donate_argnums=positions).lower(*leaves, scalar_array).compile()
+    except Exception:
+        return None
+    dt = time.perf_counter_ns() - t0
+    metrics.record("CompileTime", dt)
+    metrics.count("UncachedCompile")
+    program = graph.Program(executable, g.hash, len(g.nodes), int(g.key[-1]))
+    graph.publish_compile(g, program, device, "dynamo_compile", seconds=dt / 1e9)
+    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves]
+    done = _Donating(program, executable, avals)
+    _DONATING[full_key] = done
+    return done
 
 
 class _NoProgram:
