@@ -1,16 +1,17 @@
 """Lowerings of neural-network aten ops and their backward ops.
 
-Convolution, pooling, normalization, softmax, losses, embedding and activations. Where a
-backward op is a plain linear function of its forward, it is lowered as ``jax.vjp`` of the
-forward lowering (conv, avg pooling, group norm): one formula to get right, not two.
-Normalization and loss backward ops are written out, since torch hands them the saved
-statistics and expects exactly its own formulas.
+Convolution, pooling (the algorithms are in pooling.py), normalization, softmax, losses,
+embedding and activations. Where a backward op is a plain linear function of its forward, it
+is lowered as ``jax.vjp`` of the forward lowering (conv, average pooling, glu): one formula
+to get right, not two. Normalization and loss backward ops are written out, since torch
+hands them the saved statistics and expects exactly its own formulas.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +19,9 @@ import numpy as np
 import torch
 from jax import lax
 
+from xlalab.runtime.lowering import pooling
 from xlalab.runtime.lowering.elementwise import HALF, Scalar, compute_float, safe_exp
+from xlalab.runtime.lowering.pooling import expand
 from xlalab.runtime.lowering.reductions import axes
 from xlalab.runtime.lowering.registry import lowering
 
@@ -26,12 +29,6 @@ aten = torch.ops.aten
 
 Array = jax.Array
 Ints = int | Sequence[int]
-
-
-def _expand(v: Ints, n: int) -> tuple[int, ...]:
-    """Torch accepts one value for every spatial dim (``stride=[2]``); spell it out."""
-    v = (v,) if isinstance(v, int) else tuple(v)
-    return v * n if len(v) == 1 else v
 
 
 def _channel(v: Array, ndim: int) -> Array:
@@ -64,7 +61,7 @@ def conv(
     groups: int,
 ) -> Array:
     nd = weight.ndim - 2
-    stride, padding, dilation = _expand(stride, nd), _expand(padding, nd), _expand(dilation, nd)
+    stride, padding, dilation = expand(stride, nd), expand(padding, nd), expand(dilation, nd)
     dn = _conv_dimension_numbers(nd)
     # Half convolutions accumulate in float32 and round once, as torch's CPU kernels do.
     acc = jnp.float32 if x.dtype in HALF else None
@@ -83,7 +80,7 @@ def conv(
         w = weight.reshape(groups, cin // groups, cout_g, *k)
         w = jnp.swapaxes(w, 1, 2).reshape(groups * cout_g, cin // groups, *k)
         w = jnp.flip(w, axis=tuple(range(2, 2 + nd)))
-        out_pad = _expand(output_padding, nd)
+        out_pad = expand(output_padding, nd)
         pads = [
             (d * (kk - 1) - p, d * (kk - 1) - p + op)
             for kk, p, d, op in zip(k, padding, dilation, out_pad, strict=True)
@@ -137,310 +134,37 @@ def _convolution_backward(
 
 
 # --- pooling ------------------------------------------------------------------------
+# One algorithm per family lives in pooling.py, its first argument the number of spatial
+# dims; each op below binds that number. (1-d pooling reaches these as 2-d ops.)
 
 
-def _pool_out(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
-    """torch's pooling_output_shape, including its ceil_mode rule that the last window
-    must start inside the input or its left padding."""
-    out = (size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
-    if ceil_mode and (out - 1) * s >= size + p:
-        out -= 1
-    return out
+def _spatial(nd: int, algorithm: Callable[..., Any]) -> Callable[..., Any]:
+    """``algorithm`` as the lowering of an op over ``nd`` spatial dims."""
+
+    def lowered(*args: Any, **kwargs: Any) -> Any:
+        return algorithm(nd, *args, **kwargs)
+
+    lowered.__name__ = lowered.__qualname__ = f"{algorithm.__name__}_{nd}d"
+    return lowered
 
 
-def _pool2d_geometry(
-    x: Array, kernel_size: Ints, stride: Ints, padding: Ints, dilation: Ints, ceil_mode: bool
-) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, int]]:
-    k = _expand(kernel_size, 2)
-    empty_stride = not isinstance(stride, int) and len(stride) == 0
-    s = k if empty_stride else _expand(stride, 2)  # torch: an empty stride means kernel_size
-    p, d = _expand(padding, 2), _expand(dilation, 2)
-    h, w = x.shape[-2:]
-    out = (_pool_out(h, k[0], s[0], p[0], d[0], ceil_mode), _pool_out(w, k[1], s[1], p[1], d[1], ceil_mode))
-    return k, s, p, d, out
-
-
-def _frame(out: int, k: int, s: int, d: int) -> int:
-    """Extent of the padded input that the ``out`` windows cover."""
-    return (out - 1) * s + d * (k - 1) + 1
-
-
-def _pad_to_frame(x: Array, k: Sequence[int], s: Sequence[int], p: Sequence[int], d: Sequence[int],
-                  out: Sequence[int], value: Scalar) -> Array:  # fmt: skip
-    """Pad H, W by ``p`` below and to the windows' frame above (cropping when ceil_mode
-    leaves trailing rows unused)."""
-    cfg = [(0, 0, 0)] * (x.ndim - 2)
-    for i in range(2):
-        size = x.shape[x.ndim - 2 + i]
-        cfg.append((p[i], _frame(out[i], k[i], s[i], d[i]) - size - p[i], 0))
-    return lax.pad(x, jnp.asarray(value, x.dtype), cfg)
-
-
-def _lowest(dtype: jnp.dtype) -> Scalar:
-    if jnp.issubdtype(dtype, jnp.floating):
-        return -jnp.inf
-    if dtype == jnp.bool_:
-        return False
-    return jnp.iinfo(dtype).min
-
-
-@lowering(aten.max_pool2d_with_indices.default)
-def _max_pool2d_with_indices(
-    x: Array,
-    kernel_size: Ints,
-    stride: Ints = (),
-    padding: Ints = 0,
-    dilation: Ints = 1,
-    ceil_mode: bool = False,
-) -> tuple[Array, Array]:
-    k, s, p, d, out = _pool2d_geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
-    xp = _pad_to_frame(x, k, s, p, d, out, _lowest(x.dtype))
-    lead = x.shape[:-2]
-    # One strided slice per kernel offset: (K, ..., OH, OW). argmax over K picks the first
-    # maximal offset in row-major kernel order, which is torch's tie rule (strict >).
-    windows = jnp.stack(
-        [
-            lax.slice(
-                xp,
-                (0,) * len(lead) + (i * d[0], j * d[1]),
-                (*lead, i * d[0] + (out[0] - 1) * s[0] + 1, j * d[1] + (out[1] - 1) * s[1] + 1),
-                (1,) * len(lead) + tuple(s),
-            )
-            for i in range(k[0])
-            for j in range(k[1])
-        ]
-    )
-    which = jnp.argmax(windows, axis=0)
-    values = jnp.max(windows, axis=0)
-    oh = lax.broadcasted_iota(jnp.int64, which.shape, which.ndim - 2)
-    ow = lax.broadcasted_iota(jnp.int64, which.shape, which.ndim - 1)
-    row = oh * s[0] - p[0] + (which // k[1]) * d[0]
-    col = ow * s[1] - p[1] + (which % k[1]) * d[1]
-    # torch's indices are flat positions within each (H, W) plane.
-    return values, row * x.shape[-1] + col
-
-
-@lowering(aten.max_pool2d.default)
-def _max_pool2d(
-    x: Array,
-    kernel_size: Ints,
-    stride: Ints = (),
-    padding: Ints = 0,
-    dilation: Ints = 1,
-    ceil_mode: bool = False,
-) -> Array:
-    k, s, p, d, out = _pool2d_geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
-    xp = _pad_to_frame(x, k, s, p, d, out, _lowest(x.dtype))
-    nl = x.ndim - 2
-    return lax.reduce_window(
-        xp, np.asarray(_lowest(x.dtype), x.dtype), lax.max, (1,) * nl + tuple(k), (1,) * nl + tuple(s),
-        "VALID", window_dilation=(1,) * nl + tuple(d),
-    )  # fmt: skip
-
-
-@lowering(aten.max_pool2d_with_indices_backward.default)
-def _max_pool2d_with_indices_backward(
-    grad_output: Array,
-    x: Array,
-    kernel_size: Ints,
-    stride: Ints,
-    padding: Ints,
-    dilation: Ints,
-    ceil_mode: bool,
-    indices: Array,
-) -> Array:
-    k, s, p, d, out = _pool2d_geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
-    h, w = x.shape[-2:]
-    nl = x.ndim - 2
-    # Recover each output's kernel offset from its flat index, then route the gradient of
-    # every offset to its input position with an interior-padded lax.pad: no scatter, and
-    # the sums over overlapping windows happen in a fixed order.
-    oh = lax.broadcasted_iota(indices.dtype, indices.shape, indices.ndim - 2)
-    ow = lax.broadcasted_iota(indices.dtype, indices.shape, indices.ndim - 1)
-    ki = (indices // w - (oh * s[0] - p[0])) // d[0]
-    kj = (indices % w - (ow * s[1] - p[1])) // d[1]
-    which = ki * k[1] + kj
-    fh, fw = _frame(out[0], k[0], s[0], d[0]), _frame(out[1], k[1], s[1], d[1])
-    zero = jnp.zeros((), grad_output.dtype)
-    total = jnp.zeros((*x.shape[:-2], fh, fw), grad_output.dtype)
-    for i in range(k[0]):
-        for j in range(k[1]):
-            g = jnp.where(which == i * k[1] + j, grad_output, zero)
-            lo_h, lo_w = i * d[0], j * d[1]
-            cfg = [(0, 0, 0)] * nl + [
-                (lo_h, fh - lo_h - (out[0] - 1) * s[0] - 1, s[0] - 1),
-                (lo_w, fw - lo_w - (out[1] - 1) * s[1] - 1, s[1] - 1),
-            ]
-            total = total + lax.pad(g, zero, cfg)
-    # Frame row f is input row f - p: crop the padding, extend with zeros if short.
-    return lax.pad(total, zero, [(0, 0, 0)] * nl + [(-p[0], h + p[0] - fh, 0), (-p[1], w + p[1] - fw, 0)])
-
-
-def _avg_divisor(size: int, k: int, s: int, p: int, out: int, count_include_pad: bool) -> np.ndarray:
-    """Per-output-position divisor along one axis, as torch's avg_pool2d kernel computes it."""
-    div = []
-    for o in range(out):
-        start = o * s - p
-        end = min(start + k, size + p)
-        if count_include_pad:
-            div.append(end - start)
-        else:
-            div.append(min(end, size) - max(start, 0))
-    return np.asarray(div, dtype=np.float64)
-
-
-@lowering(aten.avg_pool2d.default)
-def _avg_pool2d(
-    x: Array,
-    kernel_size: Ints,
-    stride: Ints = (),
-    padding: Ints = 0,
-    ceil_mode: bool = False,
-    count_include_pad: bool = True,
-    divisor_override: int | None = None,
-) -> Array:
-    k, s, p, d, out = _pool2d_geometry(x, kernel_size, stride, padding, 1, ceil_mode)
-    xf = compute_float(x)
-    xp = _pad_to_frame(xf, k, s, p, d, out, 0)
-    nl = x.ndim - 2
-    sums = lax.reduce_window(
-        xp, np.zeros((), xf.dtype), lax.add, (1,) * nl + tuple(k), (1,) * nl + tuple(s), "VALID"
-    )
-    if divisor_override:
-        divisor: np.ndarray | int = divisor_override
-    else:
-        # Static shapes make the divisors trace-time constants.
-        h, w = x.shape[-2:]
-        divisor = np.outer(
-            _avg_divisor(h, k[0], s[0], p[0], out[0], count_include_pad),
-            _avg_divisor(w, k[1], s[1], p[1], out[1], count_include_pad),
-        )
-    return (sums / jnp.asarray(divisor, xf.dtype)).astype(x.dtype)
-
-
-@lowering(aten.avg_pool2d_backward.default)
-def _avg_pool2d_backward(
-    grad_output: Array,
-    x: Array,
-    kernel_size: Ints,
-    stride: Ints,
-    padding: Ints,
-    ceil_mode: bool,
-    count_include_pad: bool,
-    divisor_override: int | None,
-) -> Array:
-    def forward(x_: Array) -> Array:
-        return _avg_pool2d(x_, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
-
-    out, pullback = jax.vjp(forward, x)
-    return pullback(grad_output.astype(out.dtype))[0]
-
-
-def _adaptive_matrix(size: int, out: int) -> np.ndarray:
-    """(out, size) averaging matrix with torch's adaptive windows [floor(i*n/o), ceil((i+1)*n/o))."""
-    m = np.zeros((out, size))
-    for i in range(out):
-        start, end = (i * size) // out, -(-((i + 1) * size) // out)
-        m[i, start:end] = 1.0 / (end - start)
-    return m
-
-
-@lowering(aten._adaptive_avg_pool2d.default)
-def _adaptive_avg_pool2d(x: Array, output_size: Ints) -> Array:
-    oh, ow = _expand(output_size, 2)
-    h, w = x.shape[-2:]
-    xf = compute_float(x)
-    if h % oh == 0 and w % ow == 0:
-        # Equal windows (global pooling included): a reshape and a mean, exact like torch.
-        tiles = xf.reshape(*x.shape[:-2], oh, h // oh, ow, w // ow)
-        return jnp.mean(tiles, axis=(-3, -1)).astype(x.dtype)
-    mh = jnp.asarray(_adaptive_matrix(h, oh), xf.dtype)
-    mw = jnp.asarray(_adaptive_matrix(w, ow), xf.dtype)
-    out = jnp.einsum("...hw,ph,qw->...pq", xf, mh, mw, precision=lax.Precision.HIGHEST)
-    return out.astype(x.dtype)
-
-
-@lowering(aten._adaptive_avg_pool2d_backward.default)
-def _adaptive_avg_pool2d_backward(grad_output: Array, x: Array) -> Array:
-    out_size = grad_output.shape[-2:]
-    out, pullback = jax.vjp(lambda x_: _adaptive_avg_pool2d(x_, out_size), x)
-    return pullback(grad_output.astype(out.dtype))[0]
-
-
-def _adaptive_windows(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
-    """(out, kmax) input positions of each adaptive window, and which of them are real
-    (windows differ in length: the short ones repeat their last position, masked off)."""
-    starts = [(i * size) // out for i in range(out)]
-    ends = [-(-((i + 1) * size) // out) for i in range(out)]
-    kmax = max(e - s for s, e in zip(starts, ends))
-    offsets = np.arange(kmax)
-    idx = np.minimum(np.asarray(starts)[:, None] + offsets, np.asarray(ends)[:, None] - 1)
-    valid = offsets[None, :] < (np.asarray(ends) - np.asarray(starts))[:, None]
-    return idx.astype(np.int64), valid
-
-
-def adaptive_max_pool(x: Array, output_size: Sequence[int]) -> tuple[Array, Array]:
-    """Adaptive max pooling over the last ``len(output_size)`` dims: values and torch's
-    indices (flat positions within each spatial plane/volume), first maximum winning."""
-    nd = len(output_size)
-    lead, spatial = x.shape[:-nd], x.shape[-nd:]
-    windows = [_adaptive_windows(n, o) for n, o in zip(spatial, output_size, strict=True)]
-    vals = x
-    for a, (idx, _) in enumerate(windows):
-        axis = len(lead) + 2 * a
-        taken = jnp.take(vals, jnp.asarray(idx.reshape(-1)), axis=axis)
-        vals = taken.reshape(vals.shape[:axis] + idx.shape + vals.shape[axis + 1 :])
-    # (..., o1, k1, o2, k2, ...) -> (..., o1, o2, ..., k1 * k2 * ...)
-    perm = (
-        list(range(len(lead)))
-        + [len(lead) + 2 * a for a in range(nd)]
-        + [len(lead) + 2 * a + 1 for a in range(nd)]
-    )
-    vals = jnp.transpose(vals, perm)
-    ks = tuple(w[0].shape[1] for w in windows)
-    valid = np.ones((), bool)
-    for a, (_, v) in enumerate(windows):
-        shape = [1] * (2 * nd)
-        shape[a], shape[nd + a] = v.shape
-        valid = valid & v.reshape(shape)
-    vals = jnp.where(jnp.asarray(valid), vals, jnp.asarray(_lowest(x.dtype), x.dtype))
-    flat = vals.reshape(*vals.shape[: len(lead) + nd], -1)
-    which = jnp.argmax(flat, axis=-1)
-    values = jnp.max(flat, axis=-1)
-    index = jnp.zeros(which.shape, jnp.int64)
-    stride = 1
-    for a in reversed(range(nd)):
-        k = jnp.unravel_index(which, ks)[a]
-        o = lax.broadcasted_iota(jnp.int64, which.shape, len(lead) + a)
-        pos = jnp.asarray(windows[a][0])[o, k]
-        index = index + pos * stride
-        stride *= spatial[a]
-    return values, index
-
-
-def _adaptive_max_backward(grad_output: Array, x: Array, indices: Array, nd: int) -> Array:
-    lead, spatial = x.shape[:-nd], x.shape[-nd:]
-    rows = math.prod(lead)
-    g = grad_output.reshape(rows, -1)
-    idx = indices.reshape(rows, -1)
-    out = jnp.zeros((rows, math.prod(spatial)), compute_float(g).dtype)
-    out = out.at[jnp.arange(rows)[:, None], idx].add(compute_float(g))
-    return out.reshape(x.shape).astype(grad_output.dtype)
-
-
-@lowering(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
-def _adaptive_max_pool(x: Array, output_size: Sequence[int]) -> tuple[Array, Array]:
-    return adaptive_max_pool(x, tuple(output_size))
-
-
-@lowering(aten.adaptive_max_pool2d_backward.default)
-def _adaptive_max_pool2d_backward(grad_output: Array, x: Array, indices: Array) -> Array:
-    return _adaptive_max_backward(grad_output, x, indices, 2)
-
-
-@lowering(aten.adaptive_max_pool3d_backward.default)
-def _adaptive_max_pool3d_backward(grad_output: Array, x: Array, indices: Array) -> Array:
-    return _adaptive_max_backward(grad_output, x, indices, 3)
+lowering(aten.max_pool2d.default)(_spatial(2, pooling.max_pool))
+lowering(aten.max_pool2d_with_indices.default)(_spatial(2, pooling.max_pool_with_indices))
+lowering(aten.max_pool3d_with_indices.default)(_spatial(3, pooling.max_pool_with_indices))
+lowering(aten.max_pool2d_with_indices_backward.default)(_spatial(2, pooling.max_pool_backward))
+lowering(aten.max_pool3d_with_indices_backward.default)(_spatial(3, pooling.max_pool_backward))
+lowering(aten.avg_pool2d.default)(_spatial(2, pooling.avg_pool))
+lowering(aten.avg_pool3d.default)(_spatial(3, pooling.avg_pool))
+lowering(aten.avg_pool2d_backward.default)(_spatial(2, pooling.avg_pool_backward))
+lowering(aten.avg_pool3d_backward.default)(_spatial(3, pooling.avg_pool_backward))
+lowering(aten._adaptive_avg_pool2d.default)(_spatial(2, pooling.adaptive_avg_pool))
+lowering(aten._adaptive_avg_pool3d.default)(_spatial(3, pooling.adaptive_avg_pool))
+lowering(aten._adaptive_avg_pool2d_backward.default)(_spatial(2, pooling.adaptive_avg_pool_backward))
+lowering(aten._adaptive_avg_pool3d_backward.default)(_spatial(3, pooling.adaptive_avg_pool_backward))
+lowering(aten.adaptive_max_pool2d.default)(_spatial(2, pooling.adaptive_max_pool))
+lowering(aten.adaptive_max_pool3d.default)(_spatial(3, pooling.adaptive_max_pool))
+lowering(aten.adaptive_max_pool2d_backward.default)(_spatial(2, pooling.scatter_by_index))
+lowering(aten.adaptive_max_pool3d_backward.default)(_spatial(3, pooling.scatter_by_index))
 
 
 # --- batch / layer / group norm -------------------------------------------------------

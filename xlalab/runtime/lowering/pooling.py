@@ -1,16 +1,21 @@
-"""Pooling beyond the 2-d ops in nn.py: 3-d average and adaptive-average pooling, the
-backward of max pooling with indices in 3-d, and ``index_reduce``/``searchsorted``.
+"""Pooling in 1, 2 or 3 spatial dims, and ``index_reduce``/``searchsorted``.
 
-Average pooling sums with ``lax.reduce_window`` and divides by trace-time divisors (torch's
-rule per output position, per axis); adaptive averages are matrix products with the window
-averaging matrices. Max pooling's backward routes each output's gradient to the flat input
-position its index names: a scatter-add, whatever the window geometry.
+Each pooling family is one algorithm whose first argument is the number of spatial dims
+``nd``; nn.py registers every aten pooling op as one of them with its ``nd`` bound. Shapes
+are static, so window geometry (torch's ``pooling_output_shape``) and average divisors are
+trace-time constants. Max pooling takes one strided slice per kernel offset, so the argmax
+over offsets picks torch's first maximum. Its gradient is a scatter-add at the saved indices
+in the gradient's own dtype and in output order: how torch's CPU kernels add, so the sums
+over overlapping windows round as eager's do. Average pooling's backward is ``jax.vjp`` of
+its forward: one formula to get right, not two.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -18,55 +23,98 @@ import numpy as np
 import torch
 from jax import lax
 
-from xlalab.runtime.lowering.elementwise import compute_float, is_integral
-from xlalab.runtime.lowering.nn import _adaptive_matrix, _avg_divisor, _expand, _pool_out
+from xlalab.runtime.lowering.elementwise import Scalar, compute_float, is_integral
 from xlalab.runtime.lowering.registry import lowering
 
 aten = torch.ops.aten
 
 Array = jax.Array
 Ints = int | Sequence[int]
+Geometry = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
 
-# --- average pooling, 3-d ----------------------------------------------------------------
+# --- window geometry ---------------------------------------------------------------------
 
 
-def avg_pool_nd(
-    x: Array,
+def expand(v: Ints, n: int) -> tuple[int, ...]:
+    """Torch accepts one value for every spatial dim (``stride=[2]``); spell it out."""
+    v = (v,) if isinstance(v, int) else tuple(v)
+    return v * n if len(v) == 1 else v
+
+
+def _pool_out(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """torch's pooling_output_shape, including its ceil_mode rule that the last window
+    must start inside the input or its left padding."""
+    out = (size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def _geometry(
+    nd: int, x: Array, kernel_size: Ints, stride: Ints, padding: Ints, dilation: Ints, ceil_mode: bool
+) -> Geometry:
+    """(kernel, stride, padding, dilation, output size), one entry per spatial dim."""
+    k = expand(kernel_size, nd)
+    empty_stride = not isinstance(stride, int) and len(stride) == 0
+    s = k if empty_stride else expand(stride, nd)  # torch: an empty stride means kernel_size
+    p, d = expand(padding, nd), expand(dilation, nd)
+    out = tuple(_pool_out(*dim, ceil_mode) for dim in zip(x.shape[-nd:], k, s, p, d, strict=True))
+    return k, s, p, d, out
+
+
+def _frame(out: int, k: int, s: int, d: int) -> int:
+    """Extent of the padded input that the ``out`` windows cover."""
+    return (out - 1) * s + d * (k - 1) + 1
+
+
+def _pad_to_frame(x: Array, geometry: Geometry, value: Scalar) -> Array:
+    """Pad the spatial dims by ``p`` below and to the windows' frame above (cropping when
+    ceil_mode leaves trailing positions unused)."""
+    k, s, p, d, out = geometry
+    cfg = [(0, 0, 0)] * (x.ndim - len(k))
+    for n, kk, ss, pp, dd, o in zip(x.shape[-len(k) :], k, s, p, d, out, strict=True):
+        cfg.append((pp, _frame(o, kk, ss, dd) - n - pp, 0))
+    return lax.pad(x, jnp.asarray(value, x.dtype), cfg)
+
+
+def _full(x: Array, spatial: Sequence[int]) -> tuple[int, ...]:
+    """A per-spatial-dim window argument extended with 1s over the leading dims."""
+    return (1,) * (x.ndim - len(spatial)) + tuple(spatial)
+
+
+def lowest(dtype: jnp.dtype) -> Scalar:
+    if jnp.issubdtype(dtype, jnp.floating):
+        return -jnp.inf
+    if dtype == jnp.bool_:
+        return False
+    return jnp.iinfo(dtype).min
+
+
+def _pullback(forward: Callable[[Array], Array], grad_output: Array, x: Array) -> Array:
+    """The gradient of a linear ``forward`` at ``x``: its transpose applied to ``grad_output``."""
+    out, pullback = jax.vjp(forward, x)
+    return pullback(grad_output.astype(out.dtype))[0]
+
+
+# --- average pooling -----------------------------------------------------------------------
+
+
+def _avg_divisor(size: int, k: int, s: int, p: int, out: int, count_include_pad: bool) -> np.ndarray:
+    """Per-output-position divisor along one axis, as torch's avg_pool kernels compute it."""
+    div = []
+    for o in range(out):
+        start = o * s - p
+        end = min(start + k, size + p)
+        if count_include_pad:
+            div.append(end - start)
+        else:
+            div.append(min(end, size) - max(start, 0))
+    return np.asarray(div, dtype=np.float64)
+
+
+def avg_pool(
     nd: int,
-    kernel_size: Ints,
-    stride: Ints,
-    padding: Ints,
-    ceil_mode: bool,
-    count_include_pad: bool,
-    divisor_override: int | None,
-) -> Array:
-    k = _expand(kernel_size, nd)
-    s = k if not isinstance(stride, int) and len(stride) == 0 else _expand(stride, nd)
-    p = _expand(padding, nd)
-    spatial = x.shape[-nd:]
-    out = [_pool_out(n, kk, ss, pp, 1, ceil_mode) for n, kk, ss, pp in zip(spatial, k, s, p, strict=True)]
-    xf = compute_float(x)
-    lead = x.ndim - nd
-    cfg = [(0, 0, 0)] * lead + [
-        (pp, (o - 1) * ss + kk - n - pp, 0) for n, kk, ss, pp, o in zip(spatial, k, s, p, out, strict=True)
-    ]
-    xp = lax.pad(xf, jnp.zeros((), xf.dtype), cfg)
-    sums = lax.reduce_window(xp, np.zeros((), xf.dtype), lax.add, (1,) * lead + k, (1,) * lead + s, "VALID")
-    if divisor_override:
-        divisor: np.ndarray | int = divisor_override
-    else:
-        divisor = np.ones(())
-        for n, kk, ss, pp, o in zip(spatial, k, s, p, out, strict=True):
-            divisor = np.multiply.outer(divisor, _avg_divisor(n, kk, ss, pp, o, count_include_pad))
-    res = sums / jnp.asarray(divisor, xf.dtype)
-    if is_integral(x):
-        res = jnp.trunc(res)  # torch's integer average truncates
-    return res.astype(x.dtype)
-
-
-@lowering(aten.avg_pool3d.default)
-def _avg_pool3d(
     x: Array,
     kernel_size: Ints,
     stride: Ints = (),
@@ -75,68 +123,89 @@ def _avg_pool3d(
     count_include_pad: bool = True,
     divisor_override: int | None = None,
 ) -> Array:
-    return avg_pool_nd(x, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    geometry = _geometry(nd, x, kernel_size, stride, padding, 1, ceil_mode)
+    k, s, p, _, out = geometry
+    xf = compute_float(x)
+    sums = lax.reduce_window(
+        _pad_to_frame(xf, geometry, 0), np.zeros((), xf.dtype), lax.add, _full(x, k), _full(x, s), "VALID"
+    )
+    if divisor_override:
+        divisor: np.ndarray | int = divisor_override
+    else:
+        divisor = np.ones(())
+        for n, kk, ss, pp, o in zip(x.shape[-nd:], k, s, p, out, strict=True):
+            divisor = np.multiply.outer(divisor, _avg_divisor(n, kk, ss, pp, o, count_include_pad))
+    # An integer average truncates, as the cast does.
+    return (sums / jnp.asarray(divisor, xf.dtype)).astype(x.dtype)
 
 
-@lowering(aten.avg_pool3d_backward.default)
-def _avg_pool3d_backward(
-    grad_output: Array,
+def avg_pool_backward(nd: int, grad_output: Array, x: Array, *forward_args: Any) -> Array:
+    return _pullback(lambda x_: avg_pool(nd, x_, *forward_args), grad_output, x)
+
+
+# --- max pooling ---------------------------------------------------------------------------
+
+
+def max_pool(
+    nd: int,
     x: Array,
     kernel_size: Ints,
-    stride: Ints,
-    padding: Ints,
-    ceil_mode: bool,
-    count_include_pad: bool,
-    divisor_override: int | None,
+    stride: Ints = (),
+    padding: Ints = 0,
+    dilation: Ints = 1,
+    ceil_mode: bool = False,
 ) -> Array:
-    def forward(x_: Array) -> Array:
-        return avg_pool_nd(
-            x_, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
-        )
-
-    out, pullback = jax.vjp(forward, x)
-    return pullback(grad_output.astype(out.dtype))[0]
-
-
-# --- adaptive average pooling, 3-d -------------------------------------------------------
+    geometry = _geometry(nd, x, kernel_size, stride, padding, dilation, ceil_mode)
+    k, s, _, d, _ = geometry
+    low = lowest(x.dtype)
+    return lax.reduce_window(
+        _pad_to_frame(x, geometry, low), np.asarray(low, x.dtype), lax.max, _full(x, k), _full(x, s),
+        "VALID", window_dilation=_full(x, d),
+    )  # fmt: skip
 
 
-def adaptive_avg_nd(x: Array, output_size: Sequence[int]) -> Array:
-    nd = len(output_size)
-    xf = compute_float(x)
-    for i, o in enumerate(output_size):
-        axis = x.ndim - nd + i
-        m = jnp.asarray(_adaptive_matrix(xf.shape[axis], o), xf.dtype)
-        xf = jnp.moveaxis(jnp.tensordot(xf, m, axes=([axis], [1]), precision=lax.Precision.HIGHEST), -1, axis)
-    return xf.astype(x.dtype)
+def max_pool_with_indices(
+    nd: int,
+    x: Array,
+    kernel_size: Ints,
+    stride: Ints = (),
+    padding: Ints = 0,
+    dilation: Ints = 1,
+    ceil_mode: bool = False,
+) -> tuple[Array, Array]:
+    geometry = _geometry(nd, x, kernel_size, stride, padding, dilation, ceil_mode)
+    k, s, p, d, out = geometry
+    xp = _pad_to_frame(x, geometry, lowest(x.dtype))
+    lead = x.ndim - nd
+
+    def at_offset(offset: Sequence[int]) -> Array:
+        start = [i * dd for i, dd in zip(offset, d, strict=True)]
+        limit = [st + (o - 1) * ss + 1 for st, o, ss in zip(start, out, s, strict=True)]
+        return lax.slice(xp, (0,) * lead + tuple(start), (*x.shape[:lead], *limit), _full(x, s))
+
+    # One strided slice per kernel offset: (K, ..., *out). argmax over K picks the first
+    # maximal offset in row-major kernel order, which is torch's tie rule (strict >).
+    windows = jnp.stack([at_offset(offset) for offset in itertools.product(*map(range, k))])
+    which = jnp.argmax(windows, axis=0)
+    offsets = jnp.unravel_index(which, k)
+    # torch's indices are flat positions within each spatial plane (or volume).
+    index = jnp.zeros(which.shape, jnp.int64)
+    for a in range(nd):
+        position = lax.broadcasted_iota(jnp.int64, which.shape, lead + a) * s[a] - p[a] + offsets[a] * d[a]
+        index = index * x.shape[lead + a] + position
+    return jnp.max(windows, axis=0), index
 
 
-@lowering(aten._adaptive_avg_pool3d.default)
-def _adaptive_avg_pool3d(x: Array, output_size: Ints) -> Array:
-    return adaptive_avg_nd(x, _expand(output_size, 3))
-
-
-@lowering(aten._adaptive_avg_pool3d_backward.default)
-def _adaptive_avg_pool3d_backward(grad_output: Array, x: Array) -> Array:
-    out, pullback = jax.vjp(lambda x_: adaptive_avg_nd(x_, grad_output.shape[-3:]), x)
-    return pullback(grad_output.astype(out.dtype))[0]
-
-
-# --- max pooling's backward by index --------------------------------------------------------
-
-
-def scatter_by_index(grad_output: Array, x: Array, indices: Array, nd: int) -> Array:
+def scatter_by_index(nd: int, grad_output: Array, x: Array, indices: Array) -> Array:
     """The gradient of a max pooling: each output's gradient added at its flat index."""
-    lead, spatial = x.shape[:-nd], x.shape[-nd:]
-    rows = math.prod(lead)
-    g = compute_float(grad_output).reshape(rows, -1)
-    idx = indices.reshape(rows, -1)
-    out = jnp.zeros((rows, math.prod(spatial)), g.dtype).at[jnp.arange(rows)[:, None], idx].add(g)
-    return out.reshape(x.shape).astype(grad_output.dtype)
+    rows = math.prod(x.shape[:-nd])
+    g = grad_output.reshape(rows, -1)
+    out = jnp.zeros((rows, math.prod(x.shape[-nd:])), g.dtype)
+    return out.at[jnp.arange(rows)[:, None], indices.reshape(rows, -1)].add(g).reshape(x.shape)
 
 
-@lowering(aten.max_pool3d_with_indices_backward.default)
-def _max_pool3d_with_indices_backward(
+def max_pool_backward(
+    nd: int,
     grad_output: Array,
     x: Array,
     kernel_size: Ints,
@@ -146,7 +215,89 @@ def _max_pool3d_with_indices_backward(
     ceil_mode: bool,
     indices: Array,
 ) -> Array:
-    return scatter_by_index(grad_output, x, indices, 3)
+    return scatter_by_index(nd, grad_output, x, indices)
+
+
+# --- adaptive pooling ----------------------------------------------------------------------
+
+
+def _adaptive_matrix(size: int, out: int) -> np.ndarray:
+    """(out, size) averaging matrix with torch's adaptive windows [floor(i*n/o), ceil((i+1)*n/o))."""
+    m = np.zeros((out, size))
+    for i in range(out):
+        start, end = (i * size) // out, -(-((i + 1) * size) // out)
+        m[i, start:end] = 1.0 / (end - start)
+    return m
+
+
+def adaptive_avg_pool(nd: int, x: Array, output_size: Ints) -> Array:
+    out = expand(output_size, nd)
+    spatial = x.shape[-nd:]
+    xf = compute_float(x)
+    if all(n % o == 0 for n, o in zip(spatial, out, strict=True)):
+        # Equal windows (global pooling included): a reshape and a mean, as torch sums and divides.
+        tiles = xf.reshape(*x.shape[:-nd], *itertools.chain(*((o, n // o) for n, o in zip(spatial, out))))
+        return jnp.mean(tiles, axis=tuple(range(1 - 2 * nd, 0, 2))).astype(x.dtype)
+    # One averaging matrix per axis, contracted in one einsum: "...ab,xa,yb->...xy" in 2-d.
+    ins, outs = "abc"[:nd], "xyz"[:nd]
+    spec = f"...{ins}," + ",".join(o + i for o, i in zip(outs, ins)) + f"->...{outs}"
+    mats = [jnp.asarray(_adaptive_matrix(n, o), xf.dtype) for n, o in zip(spatial, out, strict=True)]
+    return jnp.einsum(spec, xf, *mats, precision=lax.Precision.HIGHEST).astype(x.dtype)
+
+
+def adaptive_avg_pool_backward(nd: int, grad_output: Array, x: Array) -> Array:
+    return _pullback(lambda x_: adaptive_avg_pool(nd, x_, grad_output.shape[-nd:]), grad_output, x)
+
+
+def _adaptive_windows(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
+    """(out, kmax) input positions of each adaptive window, and which of them are real
+    (windows differ in length: the short ones repeat their last position, masked off)."""
+    starts = [(i * size) // out for i in range(out)]
+    ends = [-(-((i + 1) * size) // out) for i in range(out)]
+    kmax = max(e - s for s, e in zip(starts, ends))
+    offsets = np.arange(kmax)
+    idx = np.minimum(np.asarray(starts)[:, None] + offsets, np.asarray(ends)[:, None] - 1)
+    valid = offsets[None, :] < (np.asarray(ends) - np.asarray(starts))[:, None]
+    return idx.astype(np.int64), valid
+
+
+def adaptive_max_pool(nd: int, x: Array, output_size: Ints) -> tuple[Array, Array]:
+    """Values and torch's indices (flat positions within each spatial plane or volume),
+    first maximum winning."""
+    output_size = expand(output_size, nd)
+    lead, spatial = x.shape[:-nd], x.shape[-nd:]
+    windows = [_adaptive_windows(n, o) for n, o in zip(spatial, output_size, strict=True)]
+    vals = x
+    for a, (idx, _) in enumerate(windows):
+        axis = len(lead) + 2 * a
+        taken = jnp.take(vals, jnp.asarray(idx.reshape(-1)), axis=axis)
+        vals = taken.reshape(vals.shape[:axis] + idx.shape + vals.shape[axis + 1 :])
+    # (..., o1, k1, o2, k2, ...) -> (..., o1, o2, ..., k1 * k2 * ...)
+    perm = (
+        list(range(len(lead)))
+        + [len(lead) + 2 * a for a in range(nd)]
+        + [len(lead) + 2 * a + 1 for a in range(nd)]
+    )
+    vals = jnp.transpose(vals, perm)
+    ks = tuple(w[0].shape[1] for w in windows)
+    valid = np.ones((), bool)
+    for a, (_, v) in enumerate(windows):
+        shape = [1] * (2 * nd)
+        shape[a], shape[nd + a] = v.shape
+        valid = valid & v.reshape(shape)
+    vals = jnp.where(jnp.asarray(valid), vals, jnp.asarray(lowest(x.dtype), x.dtype))
+    flat = vals.reshape(*vals.shape[: len(lead) + nd], -1)
+    which = jnp.argmax(flat, axis=-1)
+    values = jnp.max(flat, axis=-1)
+    index = jnp.zeros(which.shape, jnp.int64)
+    stride = 1
+    for a in reversed(range(nd)):
+        k = jnp.unravel_index(which, ks)[a]
+        o = lax.broadcasted_iota(jnp.int64, which.shape, len(lead) + a)
+        pos = jnp.asarray(windows[a][0])[o, k]
+        index = index + pos * stride
+        stride *= spatial[a]
+    return values, index
 
 
 # --- index_reduce ---------------------------------------------------------------------------
