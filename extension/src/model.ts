@@ -48,7 +48,15 @@ export interface CompileInProgress {
 }
 
 /** Event kinds the timeline draws; others are not kept. */
-const TIMELINE_KINDS = new Set(['compile_start', 'compile', 'execute', 'transfer', 'fallback', 'sync']);
+const TIMELINE_KINDS = new Set([
+  'compile_start',
+  'compile',
+  'execute',
+  'transfer',
+  'fallback',
+  'sync',
+  'region'
+]);
 
 /** The timeline keeps the last this many events (any age); older ones are dropped. */
 export const MAX_TIMELINE_EVENTS = 5000;

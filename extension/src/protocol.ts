@@ -7,6 +7,8 @@
  * instead of an exception in the middle of rendering.
  */
 
+import { SpmdUsage, readSpmdUsage } from './devicememory';
+
 /** The protocol version this extension speaks. */
 export const PROTOCOL_VERSION = 1;
 
@@ -45,6 +47,8 @@ export interface Snapshot {
   };
   /** op name -> how often it ran on the CPU */
   fallbacks: Record<string, number>;
+  /** SPMD mode: live data per device and the collectives' share (devicememory.ts); else null */
+  spmd: SpmdUsage | null;
 }
 
 export type WarningCategory =
@@ -80,6 +84,12 @@ export interface XlaEvent {
   nbytes?: number;
   op?: string;
   warning?: XlaWarning;
+  /** region events (a profiler region's start or end): its name, phase, pairing id, nesting, step */
+  name?: string;
+  phase?: string;
+  region?: number;
+  depth?: number;
+  step?: number;
 }
 
 /** Where the kernel runs (the `runtime` object of hello and update messages). */
@@ -160,7 +170,8 @@ export function emptySnapshot(): Snapshot {
     compiles: { uncached: 0, cached: 0, seconds_total: 0, seconds_last: 0 },
     executions: { count: 0, seconds_total: 0 },
     transfers: { to_device: 0, from_device: 0, bytes_to_device: 0, bytes_from_device: 0 },
-    fallbacks: {}
+    fallbacks: {},
+    spmd: null
   };
 }
 
@@ -195,6 +206,7 @@ export function readSnapshot(value: unknown): Snapshot {
     }
     snap.fallbacks = fallbacks;
   }
+  snap.spmd = readSpmdUsage(value.spmd);
   return snap;
 }
 
@@ -250,12 +262,12 @@ export function readEvent(value: unknown): XlaEvent | null {
   if (typeof value.graph_hash === 'string') {
     event.graph_hash = value.graph_hash;
   }
-  for (const key of ['num_nodes', 'seconds', 'nbytes'] as const) {
+  for (const key of ['num_nodes', 'seconds', 'nbytes', 'region', 'depth', 'step'] as const) {
     if (typeof value[key] === 'number') {
       event[key] = value[key] as number;
     }
   }
-  for (const key of ['device', 'reason', 'direction', 'op'] as const) {
+  for (const key of ['device', 'reason', 'direction', 'op', 'name', 'phase'] as const) {
     if (typeof value[key] === 'string') {
       event[key] = value[key] as string;
     }

@@ -1,6 +1,6 @@
 /**
- * The timeline plot: compiles, executions and host round trips on a time axis, and its
- * legend.
+ * The timeline plot: the user's profiler regions, compiles, executions and host round trips
+ * on a time axis, and its legend.
  *
  * `layoutTimeline` turns events into positioned marks (pure, tested); `renderTimeline`
  * draws them as SVG built element by element, with each mark's description in a
@@ -11,16 +11,22 @@ import { formatBytes, formatSeconds, shortHash } from './format';
 import { CompileInProgress } from './model';
 import { XlaEvent } from './protocol';
 
-export type Lane = 'compile' | 'execute' | 'host';
+export type Lane = 'region' | 'compile' | 'execute' | 'host';
 
 export interface Mark {
   lane: Lane;
-  /** CSS modifier: uncached, cached, compiling, execute, transfer, fallback, read, step */
+  /** CSS modifier: region, uncached, cached, compiling, execute, transfer, fallback, read, step */
   kind: string;
   x: number;
   width: number;
   title: string;
   graphHash?: string;
+  /** region marks: the region's name, how many regions enclose it, and the text drawn inside
+   * the span at `textX` (the name cut to fit; absent where it does not fit or would overlap) */
+  label?: string;
+  depth?: number;
+  text?: string;
+  textX?: number;
 }
 
 export interface TimelineLayout {
@@ -42,6 +48,11 @@ export const ITEM_READ_OP = 'aten::_local_scalar_dense';
 
 /** What each mark colour means, in the order the legend lists them. */
 export const LEGEND: readonly { kind: string; label: string; title: string }[] = [
+  {
+    kind: 'region',
+    label: 'region',
+    title: 'a region of your code: torch_xla.debug.profiler Trace, StepTrace or trace_me'
+  },
   { kind: 'uncached', label: 'compile', title: 'a graph compiled by XLA (click it to open the graph)' },
   { kind: 'cached', label: 'cache hit', title: 'a graph taken from the compile cache' },
   { kind: 'compiling', label: 'compiling', title: 'a compile that is still running' },
@@ -83,9 +94,34 @@ function describe(event: XlaEvent): string {
       return event.reason === 'mark_step'
         ? `step barrier (mark_step)${where}`
         : `read (${event.reason ?? ''}) ran the pending graph${where}`;
+    case 'region':
+      return event.phase === 'start'
+        ? `region ${regionLabel(event)}, still running${where}`
+        : `region ${regionLabel(event)}${secs}${where}`;
     default:
       return `${event.kind}${where}`;
   }
+}
+
+/** A region's name, with its step number for a StepTrace. */
+export function regionLabel(event: XlaEvent): string {
+  const name = event.name || 'region';
+  return event.step !== undefined ? `${name} (step ${event.step})` : name;
+}
+
+/** Region starts whose end has not arrived: regions still running. */
+function openRegions(events: XlaEvent[]): XlaEvent[] {
+  const open = new Map<number, XlaEvent>();
+  for (const event of events) {
+    if (event.kind === 'region' && event.region !== undefined) {
+      if (event.phase === 'start') {
+        open.set(event.region, event);
+      } else {
+        open.delete(event.region);
+      }
+    }
+  }
+  return [...open.values()];
 }
 
 /**
@@ -101,7 +137,8 @@ export function layoutTimeline(
   windowSeconds: number | null = null
 ): TimelineLayout {
   let end = events.length ? events[events.length - 1].time : now;
-  if (compiling) {
+  const running = openRegions(events);
+  if (compiling || running.length) {
     end = Math.max(end, now);
   }
   // Bars end at their event's time; the window must reach back to where they start.
@@ -115,20 +152,29 @@ export function layoutTimeline(
   const px = (t: number): number => ((t - start) / span) * width;
   const marks: Mark[] = [];
 
-  const bar = (lane: Lane, kind: string, from: number, to: number, event?: XlaEvent): void => {
+  const bar = (lane: Lane, kind: string, from: number, to: number, event?: XlaEvent): Mark | null => {
     if (to < start) {
-      return;
+      return null;
     }
     // Marks at the window's edges stay whole inside it.
     const x = Math.min(Math.max(0, px(from)), width - MIN_BAR_PX);
-    marks.push({
+    const mark: Mark = {
       lane,
       kind,
       x,
       width: Math.min(Math.max(MIN_BAR_PX, px(to) - x), width - x),
       title: event ? describe(event) : '',
       graphHash: event?.graph_hash
-    });
+    };
+    marks.push(mark);
+    return mark;
+  };
+  const region = (event: XlaEvent, from: number, to: number, kind: string): void => {
+    const mark = bar('region', kind, from, to, event);
+    if (mark) {
+      mark.label = regionLabel(event);
+      mark.depth = event.depth ?? 0;
+    }
   };
 
   for (const event of events) {
@@ -145,10 +191,22 @@ export function layoutTimeline(
       case 'sync':
         bar('host', hostKind(event) ?? event.kind, event.time, event.time, event);
         break;
+      case 'region':
+        if (event.phase !== 'start') {
+          region(event, event.time - seconds, event.time, 'region');
+        }
+        break;
       default:
         break; // compile_start is drawn from `compiling` below, or by its compile
     }
   }
+  for (const event of running) {
+    region(event, event.time, end, 'region-running');
+  }
+  // Enclosing regions first, so that the regions inside them are drawn on top.
+  const regions = marks.filter(m => m.lane === 'region').sort((a, b) => (a.depth ?? 0) - (b.depth ?? 0));
+  marks.splice(0, marks.length, ...regions, ...marks.filter(m => m.lane !== 'region'));
+  placeRegionLabels(regions);
   if (compiling) {
     marks.push({
       lane: 'compile',
@@ -162,10 +220,50 @@ export function layoutTimeline(
   return { start, end, marks };
 }
 
-const LANE_Y: Record<Lane, number> = { compile: 4, execute: 22, host: 40 };
+const LANE_Y: Record<Lane, number> = { region: 4, compile: 22, execute: 40, host: 58 };
 const LANE_HEIGHT = 14;
-const AXIS_Y = 58;
-export const TIMELINE_HEIGHT = 72;
+const AXIS_Y = 76;
+export const TIMELINE_HEIGHT = 90;
+/** a nested region is drawn this much shorter at each end than the one around it */
+const REGION_INSET = 2;
+const MAX_INSET_DEPTH = 3;
+/** the width one character of a region label takes (9 px sans-serif), to fit labels in spans */
+const LABEL_CHAR_PX = 5.5;
+
+/** where the region lane's own label ("region") ends: names inside spans start after it */
+const LANE_LABEL_END = 3 + 'region'.length * LABEL_CHAR_PX + 4;
+
+/**
+ * Gives region marks (enclosing ones first) their inside text: the name cut to the room left
+ * in the span, never over the lane's label or a name already placed (it moves right past them).
+ */
+function placeRegionLabels(regions: Mark[]): void {
+  const placed: [number, number][] = [];
+  for (const mark of regions) {
+    const spanEnd = mark.x + mark.width;
+    let x = Math.max(mark.x + 2, LANE_LABEL_END);
+    for (const [left, right] of [...placed].sort((a, b) => a[0] - b[0])) {
+      if (x < right && left < spanEnd) {
+        x = Math.max(x, right + 4);
+      }
+    }
+    const text = fitLabel(mark.label ?? '', spanEnd - x + 2);
+    if (text) {
+      mark.text = text;
+      mark.textX = x;
+      placed.push([x, x + text.length * LABEL_CHAR_PX]);
+    }
+  }
+}
+
+/** `label` cut to fit `width` px, with an ellipsis; empty when not even two characters fit. */
+export function fitLabel(label: string, width: number): string {
+  const room = Math.floor((width - 4) / LABEL_CHAR_PX);
+  if (room < 2) {
+    return '';
+  }
+  return label.length <= room ? label : `${label.slice(0, room - 1)}…`;
+}
 
 /** Draws `layout` into `svg`, replacing what was there. */
 export function renderTimeline(
@@ -192,15 +290,34 @@ export function renderTimeline(
   const labels = (Object.keys(LANE_Y) as Lane[]).map(lane =>
     s('text', { class: 'xlalab-Timeline-laneLabel', x: 3, y: LANE_Y[lane] + 10 }, lane)
   );
+  const regionLabels: SVGElement[] = [];
   for (const mark of layout.marks) {
+    const inset =
+      mark.lane === 'host'
+        ? 3
+        : mark.lane === 'region'
+          ? REGION_INSET * Math.min(mark.depth ?? 0, MAX_INSET_DEPTH)
+          : 0;
     const rect = s('rect', {
       class: `xlalab-Timeline-mark xlalab-Timeline-${mark.kind}`,
       x: mark.x.toFixed(1),
-      y: LANE_Y[mark.lane] + (mark.lane === 'host' ? 3 : 0),
+      y: LANE_Y[mark.lane] + inset,
       width: mark.width.toFixed(1),
-      height: mark.lane === 'host' ? LANE_HEIGHT - 6 : LANE_HEIGHT,
+      height: LANE_HEIGHT - 2 * inset,
       'data-kind': mark.kind
     });
+    if (mark.label !== undefined) {
+      rect.setAttribute('data-label', mark.label);
+      if (mark.text && mark.textX !== undefined) {
+        regionLabels.push(
+          s(
+            'text',
+            { class: 'xlalab-Timeline-regionLabel', x: mark.textX.toFixed(1), y: LANE_Y.region + 10 },
+            mark.text
+          )
+        );
+      }
+    }
     rect.appendChild(s('title', {}, mark.title));
     const hash = mark.graphHash;
     if (hash && onCompileClick && mark.lane === 'compile' && mark.kind !== 'compiling') {
@@ -211,6 +328,7 @@ export function renderTimeline(
   }
   const span = layout.end - layout.start;
   children.push(
+    ...regionLabels,
     ...labels,
     s('line', { class: 'xlalab-Timeline-axis', x1: 0, y1: AXIS_Y, x2: width, y2: AXIS_Y }),
     s('text', { class: 'xlalab-Timeline-label', x: 0, y: AXIS_Y + 11 }, `−${formatSpan(span)}`),
