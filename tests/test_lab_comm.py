@@ -218,6 +218,32 @@ def test_frontend_opened_comm_gets_hello_and_answers_requests(frontend: Frontend
     assert ask(8, what="warnings")["result"]["warnings"] == []
 
 
+def test_profiler_regions_reach_the_frontend_as_region_events(frontend: Frontend) -> None:
+    # What the panel's timeline draws: each region's start and end, named, nested, at its line.
+    cell = (
+        "import xlalab.debug.profiler as xp\n"
+        "with xp.StepTrace('train_step', step_num=4):\n"
+        "    with xp.Trace('forward'):\n"
+        "        loss = step(16)"
+    )
+    out = frontend.execute(cell)
+    # Each comm gets each event once: look at one comm's.
+    comm = next(m["content"]["comm_id"] for m in out if m["msg_type"] == "comm_msg")
+    regions = [e for u in comm_data(out, comm, "update") for e in u["events"] if e["kind"] == "region"]
+    assert [(e["name"], e["phase"], e["depth"], e["step"]) for e in regions] == [
+        ("train_step", "start", 0, 4),
+        ("forward", "start", 1, None),
+        ("forward", "end", 1, None),
+        ("train_step", "end", 0, 4),
+    ]
+    start, end = regions[0], regions[-1]
+    assert start["region"] == end["region"] != regions[1]["region"]
+    assert end["seconds"] > 0 and end["time"] >= start["time"]
+    assert start["where"]["line"] == 2 and start["where"]["label"].endswith("line 2")
+    assert regions[1]["where"]["line"] == 3
+    assert "frames" not in start
+
+
 def test_unload_closes_the_comms(frontend: Frontend) -> None:
     out = frontend.execute("%unload_ext xlalab")
     closed = {m["content"]["comm_id"] for m in out if m["msg_type"] == "comm_close"}
