@@ -78,6 +78,7 @@ from IPython.utils.capture import capture_output
 
 sh = InteractiveShell.instance()
 sh.run_cell("%load_ext xlalab")
+sh.run_cell("import json")
 out = {}
 
 def run(name, code):
@@ -133,6 +134,15 @@ p1 = make_product()
 run("graph_pending", "%xla_graph --format dot p1")
 run("graph_sync", "torch_xla.sync()")
 run("graph_compiled", "p2 = make_product()\\n%xla_graph --format dot p2")
+# What the panel gets: live bytes per device, and the collectives the runs since a clear carried.
+run("usage", """
+from xlalab.lab import render, session
+session().watcher.clear()
+for _ in range(3):
+    p3 = make_product()
+    torch_xla.sync()
+print("SPMD", json.dumps(render.snapshot()["spmd"]))
+""")
 print(json.dumps(out))
 '''
 
@@ -260,3 +270,18 @@ def test_the_graph_viewer_gets_each_nodes_sharding_and_the_collectives(sharding_
     gathers = [c for c in compiled["collectives"] if c["kind"] == "all-gather"]
     assert gathers and gathers[0]["shape"].startswith("f32[512,512]") and gathers[0]["nbytes"] == 1 << 20
     assert all(c["op"] == "aten::mm" and c["nodes"] == [mm] for c in compiled["collectives"]), compiled
+
+
+def test_the_panel_gets_device_memory_and_the_collectives_share(sharding_run: dict[str, Any]) -> None:
+    run = sharding_run["usage"]
+    assert run["error"] is None, run["error"]
+    usage = json.loads(run["stdout"].split("SPMD ", 1)[1])
+    devices = dict(usage["devices"])
+    assert list(devices) == [f"xla:{i}" for i in range(8)]
+    # left and right (512, 512) split by columns over 8 devices: 128 KiB of each on every device.
+    assert all(b >= 2 * 128 * 1024 for b in devices.values()), devices
+    assert usage["runs"] == 3  # counted from the clear
+    gather = usage["collectives"]["all-gather"]
+    assert gather["count"] >= 3 and gather["bytes"] >= 3 * (1 << 20)  # a 1 MiB operand per run
+    assert 0 < usage["share"] < 1
+    assert usage["collective_bytes"] == sum(k["bytes"] for k in usage["collectives"].values())

@@ -9,6 +9,7 @@ import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { ActiveKernel } from './current';
+import { SpmdSection } from './devicememory';
 import { h, replaceChildren, setText } from './dom';
 import { countOf, formatBytes, formatCount, formatElapsed, formatSeconds, shortHash } from './format';
 import { KernelModel } from './model';
@@ -67,8 +68,12 @@ export class XlaPanel extends Widget {
     executeTime: stat('xlalab-execute-time'),
     transfersTo: stat('xlalab-transfers-to'),
     transfersFrom: stat('xlalab-transfers-from'),
-    fallbacks: stat('xlalab-fallbacks')
+    fallbacks: stat('xlalab-fallbacks'),
+    dynamoGraphs: stat('xlalab-dynamo-graphs'),
+    dynamoRecompiles: stat('xlalab-dynamo-recompiles')
   };
+  /** compiled mode's graphs beside XLA's compiles; hidden until dynamo compiled something */
+  private readonly _dynamoRow = h('div', { class: 'xlalab-Stat xlalab-mod-hidden' });
   /** the sizes next to the transfer counts */
   private readonly _words = {
     bytesTo: h('span', { class: 'xlalab-Bytes', attrs: testId('xlalab-bytes-to') }),
@@ -89,6 +94,8 @@ export class XlaPanel extends Widget {
   private readonly _notice = h('div', { class: 'xlalab-Notice' });
   private readonly _reportText = h('pre', { class: 'xlalab-Report', attrs: testId('xlalab-report') });
   private readonly _report = h('section', { class: 'xlalab-Section xlalab-mod-hidden' });
+  /** SPMD mode: live data per device and the collectives' share (hidden otherwise) */
+  private readonly _spmd = new SpmdSection();
 
   constructor(
     private readonly _active: ActiveKernel,
@@ -129,6 +136,14 @@ export class XlaPanel extends Widget {
         h('span', { class: 'xlalab-Stat-label' }, label),
         h('span', {}, ...values)
       );
+    replaceChildren(
+      this._dynamoRow,
+      h('span', { class: 'xlalab-Stat-label' }, 'Dynamo graphs'),
+      h('span', {}, s.dynamoGraphs, ' compiled, ', s.dynamoRecompiles, ' recompiled')
+    );
+    this._dynamoRow.title =
+      'torch.compile: graphs dynamo captured and handed to xlalab (each compiles to XLA programs ' +
+      'counted above), and how many of them a failed guard caused';
     replaceChildren(
       this._transferRow,
       h('span', { class: 'xlalab-Stat-label' }, 'Transfers'),
@@ -207,12 +222,14 @@ export class XlaPanel extends Widget {
         { class: 'xlalab-Section' },
         h('h3', {}, 'Since the last clear'),
         row('Compiles', s.uncached, ' uncached, ', s.cached, ' cached'),
+        this._dynamoRow,
         row('Compile time', s.timeLast, ' last, ', s.timeTotal, ' total'),
         row('Executions', s.executions, ' in ', s.executeTime),
         this._transferRow,
         row('CPU fallbacks', s.fallbacks)
       ),
       this._fallbackList,
+      this._spmd.node,
       h(
         'section',
         { class: 'xlalab-Section' },
@@ -334,6 +351,9 @@ export class XlaPanel extends Widget {
     const s = this._stats;
     setText(s.uncached, formatCount(snap.compiles.uncached));
     setText(s.cached, formatCount(snap.compiles.cached));
+    setText(s.dynamoGraphs, formatCount(snap.dynamo.graphs));
+    setText(s.dynamoRecompiles, formatCount(snap.dynamo.recompiles));
+    this._dynamoRow.classList.toggle('xlalab-mod-hidden', snap.dynamo.graphs === 0);
     setText(s.timeLast, formatSeconds(snap.compiles.seconds_last));
     setText(s.timeTotal, formatSeconds(snap.compiles.seconds_total));
     setText(s.executions, formatCount(snap.executions.count));
@@ -346,6 +366,7 @@ export class XlaPanel extends Widget {
       `${countOf(snap.transfers.to_device, 'transfer')} to the device, ` +
       `${countOf(snap.transfers.from_device, 'transfer')} from it`;
     setText(s.fallbacks, formatCount(model.fallbackTotal()));
+    this._spmd.update(snap.spmd);
     replaceChildren(
       this._fallbackList,
       ...model

@@ -120,7 +120,20 @@ def snapshot() -> dict[str, Any]:
         },
         "counters": dict(counters),
         "metrics": ms,
+        "spmd": _spmd(),
     }
+
+
+def _spmd() -> dict[str, Any] | None:
+    """In SPMD mode: live bytes per device and the collectives the runs carried
+    (``xlalab.distributed.spmd.usage``); None otherwise."""
+    from xlalab.runtime import sharding
+
+    if not sharding.enabled():
+        return None
+    from xlalab.distributed.spmd.usage import USAGE
+
+    return USAGE.summary()
 
 
 def _last_sample(name: str) -> float:

@@ -176,6 +176,10 @@ class Watcher:
 
     def clear(self) -> None:
         with self._lock:
+            if sharding.enabled():
+                from xlalab.distributed.spmd.usage import USAGE
+
+                USAGE.clear()  # the panel's SPMD figures count from the clear, as its metrics do
             self.findings.clear()
             self._keyed.clear()
             self.cell_findings.clear()
@@ -416,9 +420,14 @@ class Watcher:
     def _on_execute(self, ev: events.ExecuteEvent) -> Finding | None:
         """A new SPMD program's first run: the large reshards the partitioner inserted into it."""
         compiled, self._unchecked = self._unchecked, None
+        if sharding.enabled():
+            from xlalab.distributed.spmd.usage import USAGE
+
+            USAGE.ran(ev.graph_hash)  # the panel's collectives per run
         if compiled is None or compiled.graph_hash != ev.graph_hash:
             return None
         from xlalab.distributed.spmd.collectives import program_collectives, reshards
+        from xlalab.distributed.spmd.usage import USAGE
         from xlalab.runtime import graph as graph_mod
 
         # The cache key holds the inputs' shardings, which an event does not carry: the newest
@@ -427,6 +436,8 @@ class Watcher:
         for candidate in list(graph_mod.CACHE.values()):
             if candidate.graph_hash == compiled.graph_hash:
                 prog = candidate
+        if prog is not None:
+            USAGE.program_compiled(compiled.graph_hash, prog)
         found = reshards(program_collectives(prog), RESHARD_MIN_BYTES) if prog is not None else []
         if not found:
             return None

@@ -95,14 +95,21 @@ def tensor_sharding_html(t: torch.Tensor) -> str:
 
 def device_memory() -> dict[str, int]:
     """Bytes of live device arrays on each xla device (``xla:i``), counting each device's own
-    blocks of sharded arrays: where SPMD put the data."""
+    blocks of sharded arrays: where SPMD put the data. Read from the arrays' shardings, so no
+    data is touched."""
     import jax
 
     index = {d: i for i, d in enumerate(backend.jax_devices())}
     totals = {f"xla:{i}": 0 for i in range(len(index))}
     for array in jax.live_arrays():
-        for shard in array.addressable_shards:
-            i = index.get(shard.device)
+        try:
+            sharding = array.sharding
+            block = int(np.prod(sharding.shard_shape(array.shape), dtype=np.int64)) * array.dtype.itemsize
+            devices = sharding.device_set
+        except Exception:  # an array being deleted meanwhile, or a sharding with no blocks
+            continue
+        for device in devices:
+            i = index.get(device)
             if i is not None:
-                totals[f"xla:{i}"] += int(shard.data.nbytes)
+                totals[f"xla:{i}"] += block
     return totals
