@@ -49,6 +49,7 @@ def _conv_dimension_numbers(nd: int) -> tuple[str, str, str]:
     return ("NC" + spatial, "OI" + spatial, "NC" + spatial)
 
 
+@lowering(aten.convolution.default)
 def conv(
     x: Array,
     weight: Array,
@@ -94,39 +95,12 @@ def conv(
     return out if acc is None else out.astype(x.dtype)
 
 
-@lowering(aten.convolution.default)
-def _convolution(
-    x: Array,
-    weight: Array,
-    bias: Array | None,
-    stride: Ints,
-    padding: Ints,
-    dilation: Ints,
-    transposed: bool,
-    output_padding: Ints,
-    groups: int,
-) -> Array:
-    return conv(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
-
-
 @lowering(aten.convolution_backward.default)
 def _convolution_backward(
-    grad_output: Array,
-    x: Array,
-    weight: Array,
-    bias_sizes: Sequence[int] | None,
-    stride: Ints,
-    padding: Ints,
-    dilation: Ints,
-    transposed: bool,
-    output_padding: Ints,
-    groups: int,
-    output_mask: Sequence[bool],
+    grad_output: Array, x: Array, weight: Array, bias_sizes: Sequence[int] | None, *rest: Any
 ) -> tuple[Array | None, Array | None, Array | None]:
-    def forward(x_: Array, w_: Array) -> Array:
-        return conv(x_, w_, None, stride, padding, dilation, transposed, output_padding, groups)
-
-    out, pullback = jax.vjp(forward, x, weight)
+    *geometry, output_mask = rest  # conv's stride ... groups, then which gradients to return
+    out, pullback = jax.vjp(lambda x_, w_: conv(x_, w_, None, *geometry), x, weight)
     # Under jit XLA drops whichever of the two gradients the mask throws away.
     grad_x, grad_w = pullback(grad_output.astype(out.dtype))
     grad_b = jnp.sum(grad_output, axis=(0, *range(2, grad_output.ndim))) if output_mask[2] else None
@@ -170,6 +144,7 @@ lowering(aten.adaptive_max_pool3d_backward.default)(_spatial(3, pooling.scatter_
 # --- batch / layer / group norm -------------------------------------------------------
 
 
+@lowering(aten._native_batch_norm_legit_functional.default)
 def _batch_norm(
     x: Array,
     weight: Array | None,
@@ -180,7 +155,8 @@ def _batch_norm(
     momentum: float,
     eps: float,
 ) -> tuple[Array, Array, Array, Array | None, Array | None]:
-    """(out, save_mean, save_invstd, new_running_mean, new_running_var)."""
+    """(out, save_mean, save_invstd, new_running_mean, new_running_var): the functional
+    overload's outputs; the other overloads return the first three."""
     xf = compute_float(x)
     reduce = (0, *range(2, x.ndim))
     if training:
@@ -210,33 +186,10 @@ def _batch_norm(
 
 
 @lowering(aten.native_batch_norm.default, aten._native_batch_norm_legit.default)
-def _native_batch_norm(
-    x: Array,
-    weight: Array | None,
-    bias: Array | None,
-    running_mean: Array | None,
-    running_var: Array | None,
-    training: bool,
-    momentum: float,
-    eps: float,
-) -> tuple[Array, Array, Array]:
-    # These overloads update running_mean/var in place; the new values are the last two
-    # outputs of _native_batch_norm_legit_functional, which takes the same arguments.
-    return _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)[:3]
-
-
-@lowering(aten._native_batch_norm_legit_functional.default)
-def _native_batch_norm_legit_functional(
-    x: Array,
-    weight: Array | None,
-    bias: Array | None,
-    running_mean: Array,
-    running_var: Array,
-    training: bool,
-    momentum: float,
-    eps: float,
-) -> tuple[Array, Array, Array, Array | None, Array | None]:
-    return _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)
+def _native_batch_norm(*args: Any) -> tuple[Array, Array, Array]:
+    # These overloads take the functional one's arguments and update running_mean/var in
+    # place; the runtime writes them back from the functional overload's last two outputs.
+    return _batch_norm(*args)[:3]
 
 
 @lowering(aten._native_batch_norm_legit.no_stats)
@@ -465,6 +418,7 @@ def _nll_weights(
     return jnp.where(valid, w, jnp.zeros((), x.dtype)).astype(x.dtype), safe, class_axis
 
 
+@lowering(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
 def _nll_forward(
     x: Array, target: Array, weight: Array | None, reduction: int, ignore_index: int
 ) -> tuple[Array, Array]:
@@ -480,6 +434,7 @@ def _nll_forward(
     return (total / total_weight if reduction == 1 else total), total_weight
 
 
+@lowering(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
 def _nll_backward(
     grad_output: Array,
     x: Array,
@@ -494,26 +449,6 @@ def _nll_backward(
     coeff = jnp.expand_dims(-w * scale, class_axis)
     hit = jnp.expand_dims(safe, class_axis) == lax.broadcasted_iota(safe.dtype, x.shape, class_axis)
     return jnp.where(hit, coeff, jnp.zeros((), x.dtype)).astype(x.dtype)
-
-
-@lowering(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
-def _nll_loss_forward(
-    x: Array, target: Array, weight: Array | None, reduction: int, ignore_index: int
-) -> tuple[Array, Array]:
-    return _nll_forward(x, target, weight, reduction, ignore_index)
-
-
-@lowering(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
-def _nll_loss_backward(
-    grad_output: Array,
-    x: Array,
-    target: Array,
-    weight: Array | None,
-    reduction: int,
-    ignore_index: int,
-    total_weight: Array,
-) -> Array:
-    return _nll_backward(grad_output, x, target, weight, reduction, ignore_index, total_weight)
 
 
 def _reduce_loss(loss: Array, reduction: int) -> Array:

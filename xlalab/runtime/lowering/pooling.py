@@ -52,9 +52,16 @@ def _pool_out(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int
 
 
 def _geometry(
-    nd: int, x: Array, kernel_size: Ints, stride: Ints, padding: Ints, dilation: Ints, ceil_mode: bool
+    nd: int,
+    x: Array,
+    kernel_size: Ints,
+    stride: Ints = (),
+    padding: Ints = 0,
+    dilation: Ints = 1,
+    ceil_mode: bool = False,
 ) -> Geometry:
-    """(kernel, stride, padding, dilation, output size), one entry per spatial dim."""
+    """(kernel, stride, padding, dilation, output size), one entry per spatial dim, from
+    the window arguments of torch's max pooling ops (with their defaults)."""
     k = expand(kernel_size, nd)
     empty_stride = not isinstance(stride, int) and len(stride) == 0
     s = k if empty_stride else expand(stride, nd)  # torch: an empty stride means kernel_size
@@ -146,16 +153,8 @@ def avg_pool_backward(nd: int, grad_output: Array, x: Array, *forward_args: Any)
 # --- max pooling ---------------------------------------------------------------------------
 
 
-def max_pool(
-    nd: int,
-    x: Array,
-    kernel_size: Ints,
-    stride: Ints = (),
-    padding: Ints = 0,
-    dilation: Ints = 1,
-    ceil_mode: bool = False,
-) -> Array:
-    geometry = _geometry(nd, x, kernel_size, stride, padding, dilation, ceil_mode)
+def max_pool(nd: int, x: Array, *window: Any, **named: Any) -> Array:
+    geometry = _geometry(nd, x, *window, **named)
     k, s, _, d, _ = geometry
     low = lowest(x.dtype)
     return lax.reduce_window(
@@ -164,16 +163,8 @@ def max_pool(
     )  # fmt: skip
 
 
-def max_pool_with_indices(
-    nd: int,
-    x: Array,
-    kernel_size: Ints,
-    stride: Ints = (),
-    padding: Ints = 0,
-    dilation: Ints = 1,
-    ceil_mode: bool = False,
-) -> tuple[Array, Array]:
-    geometry = _geometry(nd, x, kernel_size, stride, padding, dilation, ceil_mode)
+def max_pool_with_indices(nd: int, x: Array, *window: Any, **named: Any) -> tuple[Array, Array]:
+    geometry = _geometry(nd, x, *window, **named)
     k, s, p, d, out = geometry
     xp = _pad_to_frame(x, geometry, lowest(x.dtype))
     lead = x.ndim - nd
@@ -204,18 +195,9 @@ def scatter_by_index(nd: int, grad_output: Array, x: Array, indices: Array) -> A
     return out.at[jnp.arange(rows)[:, None], indices.reshape(rows, -1)].add(g).reshape(x.shape)
 
 
-def max_pool_backward(
-    nd: int,
-    grad_output: Array,
-    x: Array,
-    kernel_size: Ints,
-    stride: Ints,
-    padding: Ints,
-    dilation: Ints,
-    ceil_mode: bool,
-    indices: Array,
-) -> Array:
-    return scatter_by_index(nd, grad_output, x, indices)
+def max_pool_backward(nd: int, grad_output: Array, x: Array, *window_then_indices: Any) -> Array:
+    # The indices say where each gradient goes; the window that chose them is not needed.
+    return scatter_by_index(nd, grad_output, x, window_then_indices[-1])
 
 
 # --- adaptive pooling ----------------------------------------------------------------------
