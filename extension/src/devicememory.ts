@@ -97,7 +97,10 @@ export class SpmdSection {
     attrs: testId('xlalab-spmd')
   });
   private readonly _memory = h('table', { class: 'xlalab-Table', attrs: testId('xlalab-device-memory') });
-  private readonly _share = h('div', { class: 'xlalab-Stat', attrs: testId('xlalab-collective-share') });
+  private readonly _share = h('div', {
+    class: 'xlalab-SpmdShare',
+    attrs: { ...testId('xlalab-collective-share'), style: 'margin:2px 0' }
+  });
   private readonly _kinds = h('ul', {
     class: 'xlalab-FallbackList',
     attrs: testId('xlalab-collective-kinds')

@@ -129,6 +129,17 @@ def test_compile_then_recompile(lab: Lab, expected: nb.ExpectedCounts, artifacts
     )
     lab.screenshot(artifacts / "recompile.png")
 
+    # torch.compile in the same kernel: dynamo's graphs counted beside XLA's compiles.
+    expect(lab.testid("xlalab-dynamo-graphs")).to_have_count(1)
+    expect(lab.testid("xlalab-dynamo-graphs")).to_be_hidden()  # no compiled function yet
+    lab.run_cells(path, nb.COMPILED_CELL)
+    compiled = want[nb.COMPILED_CELL]
+    assert compiled["dynamo_graphs"] == 2 and compiled["dynamo_recompiles"] == 1, compiled
+    expect(lab.testid("xlalab-dynamo-graphs")).to_have_text(str(compiled["dynamo_graphs"]))
+    expect(lab.testid("xlalab-dynamo-recompiles")).to_have_text(str(compiled["dynamo_recompiles"]))
+    expect(lab.testid("xlalab-dynamo-graphs")).to_be_visible()
+    expect(lab.testid("xlalab-compiles-uncached")).to_have_text(str(compiled["uncached"]))
+
 
 def test_example_recompilation_hunt_finds_the_recompile(lab: Lab, artifacts: Path) -> None:
     example = "examples/recompilation_hunt.ipynb"
@@ -188,6 +199,18 @@ def test_cpu_fallback_and_item(lab: Lab, expected: nb.ExpectedCounts, artifacts:
     expect(transfer).to_contain_text("item")
     assert transfer.get_attribute("data-cell-id") == state["cells"][2]["id"]
     assert transfer.get_attribute("data-line") == str(line_of(nb.ITEM_CELL, nb.ITEM_LINE))
+
+    # The last cell's profiler regions: named spans on the timeline, the step around its forward.
+    timeline = lab.panel.get_by_test_id("xlalab-timeline")
+    step = timeline.locator('rect[data-kind="region"][data-label="train_step (step 0)"]')
+    forward = timeline.locator('rect[data-kind="region"][data-label="forward"]')
+    expect(step).to_have_count(1)
+    expect(forward).to_have_count(1)
+    expect(step.locator("title")).to_contain_text(re.compile(r"in 2\.\d+ s at cell \[\d+\], line 5"))
+    outer, inner = step.bounding_box(), forward.bounding_box()
+    assert outer and inner and outer["x"] <= inner["x"]
+    assert inner["x"] + inner["width"] <= outer["x"] + outer["width"]
+    expect(timeline.locator("text.xlalab-Timeline-regionLabel").first).to_contain_text("train")
     lab.screenshot(artifacts / "fallback.png")
 
 
@@ -290,6 +313,21 @@ def test_graph_viewer_colours_shardings_and_marks_collectives(lab: Lab, artifact
     expect(marked).to_contain_text("⇆ all-gather")
     marked.scroll_into_view_if_needed()
     lab.screenshot(artifacts / "graph-spmd.png")
+
+    # The panel: the live data on each of the 8 devices (every device holds its column block of
+    # both operands), and the collectives the run carried with their share of the bytes moved.
+    lab.open_panel()
+    spmd = lab.panel.get_by_test_id("xlalab-spmd")
+    expect(spmd).to_be_visible()
+    devices = spmd.get_by_test_id("xlalab-device-memory").locator("tr")
+    expect(devices).to_have_count(8)
+    expect(devices.nth(7)).to_contain_text(re.compile(r"xla:7\s*\d+(\.\d)? KB"))
+    expect(spmd.get_by_test_id("xlalab-collective-share")).to_contain_text(
+        re.compile(r"\d+(\.\d)?% of the bytes the programs moved: .* per device over \d+ runs?\.")
+    )
+    expect(spmd.get_by_test_id("xlalab-collective-kinds").locator('[data-kind="all-gather"]')).to_have_count(1)
+    spmd.scroll_into_view_if_needed()
+    lab.screenshot(artifacts / "panel-spmd.png")
 
 
 def test_panel_follows_the_active_notebook_and_kernel_restarts(lab: Lab, expected: nb.ExpectedCounts) -> None:
