@@ -35,9 +35,17 @@ export interface CompileTotals {
   seconds_last: number;
 }
 
+/** Compiled mode's counts: graphs dynamo handed to the backend, and how many a failed guard caused */
+export interface DynamoTotals {
+  graphs: number;
+  recompiles: number;
+}
+
 export interface Snapshot {
   time: number;
   compiles: CompileTotals;
+  /** from the snapshot's `counters` (DynamoExtractCompiledGraph, DynamoRecompile) */
+  dynamo: DynamoTotals;
   executions: { count: number; seconds_total: number };
   transfers: {
     to_device: number;
@@ -168,6 +176,7 @@ export function emptySnapshot(): Snapshot {
   return {
     time: 0,
     compiles: { uncached: 0, cached: 0, seconds_total: 0, seconds_last: 0 },
+    dynamo: { graphs: 0, recompiles: 0 },
     executions: { count: 0, seconds_total: 0 },
     transfers: { to_device: 0, from_device: 0, bytes_to_device: 0, bytes_from_device: 0 },
     fallbacks: {},
@@ -187,6 +196,11 @@ export function readSnapshot(value: unknown): Snapshot {
     cached: num(c.cached),
     seconds_total: num(c.seconds_total),
     seconds_last: num(c.seconds_last)
+  };
+  const counters = isObject(value.counters) ? value.counters : {};
+  snap.dynamo = {
+    graphs: num(counters.DynamoExtractCompiledGraph),
+    recompiles: num(counters.DynamoRecompile)
   };
   const e = isObject(value.executions) ? value.executions : {};
   snap.executions = { count: num(e.count), seconds_total: num(e.seconds_total) };

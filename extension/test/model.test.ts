@@ -374,3 +374,21 @@ describe('clear and snapshot replies', () => {
     expect(model.events).toHaveLength(0);
   });
 });
+
+describe('compiled mode counts', () => {
+  it('reads dynamo graphs and recompiles from the snapshot counters, beside XLA compiles', () => {
+    const model = new KernelModel({ clock: new ManualClock() });
+    model.handleMessage(hello());
+    expect(model.snapshot.dynamo).toEqual({ graphs: 0, recompiles: 0 });
+    const counters = { UncachedCompile: 5, DynamoExtractCompiledGraph: 3, DynamoRecompile: 1 };
+    model.handleMessage(update(1, [], { snapshot: snapshot({ counters }) }));
+    expect(model.snapshot.dynamo).toEqual({ graphs: 3, recompiles: 1 });
+    expect(model.snapshot.compiles.uncached).toBe(2); // XLA's count stays its own field
+    model.applySnapshot(snapshot({ counters: {} })); // after a clear
+    expect(model.snapshot.dynamo).toEqual({ graphs: 0, recompiles: 0 });
+    model.applySnapshot(snapshot({ counters: { DynamoExtractCompiledGraph: 'many' } }));
+    expect(model.snapshot.dynamo.graphs).toBe(0); // not a number: the safe default
+    model.applySnapshot(snapshot({ counters: null }));
+    expect(model.snapshot.dynamo).toEqual({ graphs: 0, recompiles: 0 });
+  });
+});

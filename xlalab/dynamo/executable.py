@@ -460,9 +460,12 @@ def _compile(
 
 
 def _plain_program(g: graph.Graph, leaves: list[Any], scalar_array: Any, key: Any, dev: int) -> Any:
-    """The runtime's own program for ``g`` (shared with lazy mode's cache)."""
+    """The runtime's own program for ``g`` (shared with lazy mode's cache), one that leaves its
+    inputs alone: these inputs may be held elsewhere."""
     program = graph.CACHE.get(key)
-    if program is None:
+    if program is not None and getattr(program, "donated", ()):
+        program = graph.compile_graph(g, list(leaves), scalar_array, "dynamo_compile")
+    elif program is None:
         program = graph.compile_graph(g, list(leaves), scalar_array, "dynamo_compile")
         graph.CACHE.put(key, program)
     else:

@@ -14,6 +14,9 @@ event                  fields
 ``DynamoExecuteEvent`` an ``ExecuteEvent`` for one compiled graph's run, with ``name`` and ``graph``
 =====================  ===========================================================================
 
+Each graph also counts ``DynamoExtractCompiledGraph`` in the metrics registry (torch_xla's
+counter), and each recompile ``DynamoRecompile``.
+
 ``compiled_functions()`` gives the same as data: one ``FunctionReport`` per function, with
 its graphs (each with the FX code and the programs compiled for it), breaks and recompiles.
 """
@@ -27,7 +30,7 @@ from typing import Any
 
 import torch
 
-from xlalab.runtime import events
+from xlalab.runtime import events, metrics
 from xlalab.runtime.frames import Frame, user_frames
 
 
@@ -86,6 +89,12 @@ class FunctionReport:
     def num_graphs(self) -> int:
         return len(self.graphs)
 
+
+# The metrics registry's counters (what the lab's panel shows beside XLA's compiles): every graph
+# dynamo handed to the backend (torch_xla's name for the same count), and how many of those a
+# failed guard caused.
+GRAPHS_COUNTER = "DynamoExtractCompiledGraph"
+RECOMPILES_COUNTER = "DynamoRecompile"
 
 _FUNCTIONS: dict[tuple[str, int, str], FunctionReport] = {}
 _BY_LABEL: dict[str, GraphReport] = {}
@@ -179,6 +188,7 @@ def note_dynamo_graph(gm: Any) -> str:
     ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
     graph = GraphReport(index, gm.code, ops)
     rep.graphs.append(graph)
+    metrics.count(GRAPHS_COUNTER)
     label = f"{rep.name} (graph {index})"
     _BY_LABEL[label] = graph
     _FN_BY_LABEL[label] = rep
@@ -199,6 +209,7 @@ def note_dynamo_graph(gm: Any) -> str:
         words = explain_guard(guard)
         call = user_frames()
         rep.recompiles.append((guard, words, call[0] if call else None))
+        metrics.count(RECOMPILES_COUNTER)
         if listening:
             events.publish(RecompileEvent(function=rep.name, guard=guard, explanation=words, frames=call))
     return label

@@ -35,6 +35,7 @@ class CountersView:
 
     FIELDS = (
         ("compiles", "compiles"),
+        ("dynamo graphs", "dynamo_graphs"),
         ("cache hits", "cache_hits"),
         ("compile time", "compile_time"),
         ("executions", "executions"),
@@ -83,8 +84,12 @@ class CountersView:
     def refresh(self) -> None:
         s = render.snapshot()
         c, x, t = s["compiles"], s["executions"], s["transfers"]
+        # Compiled mode's counts (xlalab.dynamo.report): graphs dynamo captured, and recompiles.
+        graphs = s["counters"].get("DynamoExtractCompiledGraph", 0)
+        recompiles = s["counters"].get("DynamoRecompile", 0)
         values = {
             "compiles": str(c["uncached"]),
+            "dynamo_graphs": f"{graphs} ({recompiles} recompile{'' if recompiles == 1 else 's'})",
             "cache_hits": str(c["cached"]),
             "compile_time": f"{c['seconds_total']:.2f} s",
             "executions": str(x["count"]),
