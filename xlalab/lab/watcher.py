@@ -62,7 +62,8 @@ RESHARD_MIN_BYTES = 1 << 20
 READ_ADVICE = (
     "read the value after xm.mark_step(), or keep it on the device (accumulate a tensor, read it once)"
 )
-_NOT_SENT = ("kind", "frames", "graph")  # kind is set first; frames become "where"; graphs stay here
+# kind is set first; frames become "where"; graphs and programs stay here
+_NOT_SENT = ("kind", "frames", "graph", "program")
 
 
 @dataclass
@@ -430,12 +431,13 @@ class Watcher:
         from xlalab.distributed.spmd.usage import USAGE
         from xlalab.runtime import graph as graph_mod
 
-        # The cache key holds the inputs' shardings, which an event does not carry: the newest
-        # program of this graph is the one that just ran.
-        prog = None
-        for candidate in list(graph_mod.CACHE.values()):
-            if candidate.graph_hash == compiled.graph_hash:
-                prog = candidate
+        prog = compiled.program
+        if prog is None:
+            # A compile event without its program: the cache key holds the inputs' shardings,
+            # which the event does not carry, so the newest program of this graph is the one.
+            for candidate in list(graph_mod.CACHE.values()):
+                if candidate.graph_hash == compiled.graph_hash:
+                    prog = candidate
         if prog is not None:
             USAGE.program_compiled(compiled.graph_hash, prog)
         found = reshards(program_collectives(prog), RESHARD_MIN_BYTES) if prog is not None else []

@@ -32,6 +32,9 @@ class CompileEvent(Event):
     device: str = ""
     reason: str = ""
     graph: Any = None  # the linearized graph (xlalab.runtime.graph.Graph): nodes, roots, key
+    # The compiled program (xlalab.runtime.graph.Program) that this compile made or the cache
+    # held: what listeners read the partitioned HLO from (SPMD collectives). None when unknown.
+    program: Any = None
 
 
 @dataclass(frozen=True)
