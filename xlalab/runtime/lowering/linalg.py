@@ -35,8 +35,10 @@ def _product(a: Array, b: Array) -> Array:
     return jnp.matmul(a, b, precision=precision())
 
 
-def _matmul(a: Array, b: Array) -> Array:
-    return _product(a, b).astype(a.dtype)
+@lowering(aten.mm.default, aten.bmm.default, aten.mv.default, aten.matmul.default)
+def _matmul(x: Array, other: Array) -> Array:
+    # jnp.matmul has torch.matmul's rules for 1-d operands and batch broadcasting.
+    return _product(x, other).astype(x.dtype)
 
 
 # beta and alpha are baked into the graph: beta == 0 selects a formula (x is ignored, NaNs
@@ -62,27 +64,6 @@ def _beta_alpha(x: Array, product: Array, beta: Scalar, alpha: Scalar) -> Array:
     return out if half is None else out.astype(half)
 
 
-@lowering(aten.mm.default)
-def _mm(x: Array, mat2: Array) -> Array:
-    return _matmul(x, mat2)
-
-
-@lowering(aten.bmm.default)
-def _bmm(x: Array, mat2: Array) -> Array:
-    return _matmul(x, mat2)
-
-
-@lowering(aten.matmul.default)
-def _matmul_op(x: Array, other: Array) -> Array:
-    # jnp.matmul has torch.matmul's rules for 1-d operands and batch broadcasting.
-    return _matmul(x, other)
-
-
-@lowering(aten.mv.default)
-def _mv(x: Array, vec: Array) -> Array:
-    return _matmul(x, vec)
-
-
 @lowering(aten.dot.default, aten.vdot.default)
 def _dot(x: Array, tensor: Array) -> Array:
     # vdot conjugates its first argument; for the real dtypes xlalab carries it is dot.
@@ -94,14 +75,9 @@ def _outer(x: Array, vec2: Array) -> Array:
     return jnp.outer(x, vec2)
 
 
-@lowering(aten.addmm.default, static=_BETA_ALPHA)
-def _addmm(x: Array, mat1: Array, mat2: Array, beta: Scalar = 1, alpha: Scalar = 1) -> Array:
-    return _beta_alpha(x, _product(mat1, mat2), beta, alpha)
-
-
-@lowering(aten.baddbmm.default, static=_BETA_ALPHA)
-def _baddbmm(x: Array, batch1: Array, batch2: Array, beta: Scalar = 1, alpha: Scalar = 1) -> Array:
-    return _beta_alpha(x, _product(batch1, batch2), beta, alpha)
+@lowering(aten.addmm.default, aten.baddbmm.default, aten.addmv.default, static=_BETA_ALPHA)
+def _add_product(x: Array, a: Array, b: Array, beta: Scalar = 1, alpha: Scalar = 1) -> Array:
+    return _beta_alpha(x, _product(a, b), beta, alpha)
 
 
 @lowering(aten.addbmm.default, static=_BETA_ALPHA)
@@ -110,11 +86,6 @@ def _addbmm(x: Array, batch1: Array, batch2: Array, beta: Scalar = 1, alpha: Sca
     acc = jnp.float32 if batch1.dtype in HALF else None
     product = jnp.einsum("bij,bjk->ik", batch1, batch2, precision=precision(), preferred_element_type=acc)
     return _beta_alpha(x, product, beta, alpha)
-
-
-@lowering(aten.addmv.default, static=_BETA_ALPHA)
-def _addmv(x: Array, mat: Array, vec: Array, beta: Scalar = 1, alpha: Scalar = 1) -> Array:
-    return _beta_alpha(x, _product(mat, vec), beta, alpha)
 
 
 @lowering(aten.addr.default, static=_BETA_ALPHA)

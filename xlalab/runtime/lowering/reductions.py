@@ -54,55 +54,34 @@ def _as_float(x: Array) -> Array:
     return x.astype(jnp.float32) if is_integral(x) else x
 
 
-@lowering(aten.sum.default)
-def _sum(x: Array, dtype: torch.dtype | None = None) -> Array:
-    return jnp.sum(_accumulate_as(x, dtype))
+# Each reduction serves its whole-tensor overload (no ``dim``) and its ``dim`` overload;
+# ``dtype`` is keyword-only in both.
 
 
-@lowering(aten.sum.dim_IntList)
-def _sum_dim(x: Array, dim: Dims, keepdim: bool = False, dtype: torch.dtype | None = None) -> Array:
+@lowering(aten.sum.default, aten.sum.dim_IntList)
+def _sum(x: Array, dim: Dims = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Array:
     return jnp.sum(_accumulate_as(x, dtype), axis=axes(x, dim), keepdims=keepdim)
 
 
-@lowering(aten.prod.default)
-def _prod(x: Array, dtype: torch.dtype | None = None) -> Array:
-    return jnp.prod(_accumulate_as(x, dtype))
-
-
-@lowering(aten.prod.dim_int)
-def _prod_dim(x: Array, dim: int, keepdim: bool = False, dtype: torch.dtype | None = None) -> Array:
+@lowering(aten.prod.default, aten.prod.dim_int)
+def _prod(x: Array, dim: Dims = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Array:
     return jnp.prod(_accumulate_as(x, dtype), axis=axes(x, dim), keepdims=keepdim)
 
 
-@lowering(aten.mean.default)
-def _mean(x: Array, dtype: torch.dtype | None = None) -> Array:
-    return jnp.mean(compute_float(x if dtype is None else x.astype(to_jnp(dtype))))
-
-
-@lowering(aten.mean.dim)
-def _mean_dim(x: Array, dim: Dims, keepdim: bool = False, dtype: torch.dtype | None = None) -> Array:
+@lowering(aten.mean.default, aten.mean.dim)
+def _mean(x: Array, dim: Dims = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Array:
     x = compute_float(x if dtype is None else x.astype(to_jnp(dtype)))
     return jnp.mean(x, axis=axes(x, dim), keepdims=keepdim)
 
 
-@lowering(aten.amax.default)
+@lowering(aten.amax.default, aten.max.default)
 def _amax(x: Array, dim: Dims = (), keepdim: bool = False) -> Array:
     return jnp.max(x, axis=axes(x, dim), keepdims=keepdim)
 
 
-@lowering(aten.amin.default)
+@lowering(aten.amin.default, aten.min.default)
 def _amin(x: Array, dim: Dims = (), keepdim: bool = False) -> Array:
     return jnp.min(x, axis=axes(x, dim), keepdims=keepdim)
-
-
-@lowering(aten.max.default)
-def _max(x: Array) -> Array:
-    return jnp.max(x)
-
-
-@lowering(aten.min.default)
-def _min(x: Array) -> Array:
-    return jnp.min(x)
 
 
 def _value_at(x: Array, index: Array, dim: int, keepdim: bool) -> tuple[Array, Array]:

@@ -31,15 +31,11 @@ def _sigmoid(x: Array) -> Array:
     return jax.nn.sigmoid(x)
 
 
-def _gates(
-    input_gates: Array, hidden_gates: Array, input_bias: Array | None, hidden_bias: Array | None
-) -> Array:
-    gates = compute_float(input_gates) + compute_float(hidden_gates)
-    if input_bias is not None:
-        gates = gates + compute_float(input_bias)
-    if hidden_bias is not None:
-        gates = gates + compute_float(hidden_bias)
-    return gates
+def _plus(gates: Array, bias: Array | None) -> Array:
+    """``gates + bias`` in float; an absent bias adds nothing. The LSTM cell adds both biases
+    to the summed gates; the GRU cell adds each to its own gates, since its new gate needs
+    the hidden part (bias included) apart."""
+    return compute_float(gates) if bias is None else compute_float(gates) + compute_float(bias)
 
 
 @lowering(aten._thnn_fused_lstm_cell.default)
@@ -50,7 +46,8 @@ def _fused_lstm_cell(
     input_bias: Array | None = None,
     hidden_bias: Array | None = None,
 ) -> tuple[Array, Array, Array]:
-    i, f, g, o = jnp.split(_gates(input_gates, hidden_gates, input_bias, hidden_bias), 4, axis=1)
+    summed = compute_float(input_gates) + compute_float(hidden_gates)
+    i, f, g, o = jnp.split(_plus(_plus(summed, input_bias), hidden_bias), 4, axis=1)
     i, f, g, o = _sigmoid(i), _sigmoid(f), jnp.tanh(g), _sigmoid(o)
     cy = f * compute_float(cx) + i * g
     hy = o * jnp.tanh(cy)
@@ -90,14 +87,8 @@ def _fused_gru_cell(
     input_bias: Array | None = None,
     hidden_bias: Array | None = None,
 ) -> tuple[Array, Array]:
-    ig = compute_float(input_gates)
-    hg = compute_float(hidden_gates)
-    if input_bias is not None:
-        ig = ig + compute_float(input_bias)
-    if hidden_bias is not None:
-        hg = hg + compute_float(hidden_bias)
-    ir, ii, in_ = jnp.split(ig, 3, axis=1)
-    hr, hi, hn = jnp.split(hg, 3, axis=1)
+    ir, ii, in_ = jnp.split(_plus(input_gates, input_bias), 3, axis=1)
+    hr, hi, hn = jnp.split(_plus(hidden_gates, hidden_bias), 3, axis=1)
     r = _sigmoid(ir + hr)
     z = _sigmoid(ii + hi)
     n = jnp.tanh(in_ + r * hn)
