@@ -68,6 +68,16 @@ for _ in range(3):
     {ITEM_LINE}
     xm.mark_step()
 value"""
+# ... and profiler regions, which the timeline draws as named spans.
+REGIONS_CELL = """\
+import time
+
+import xlalab.debug.profiler as xp
+
+with xp.StepTrace("train_step", step_num=0):
+    with xp.Trace("forward"):
+        y = (x * 3).sum()
+    time.sleep(2)  # a step long enough to carry its name on the timeline"""
 FALLBACK = [
     LOAD,
     SETUP
@@ -75,6 +85,7 @@ FALLBACK = [
 x = torch.tensor([0.0, 1.5, 0.0, 2.5], device=dev)
 idx = torch.nonzero(x)  # no lowering: runs on the CPU""",
     ITEM_CELL,
+    REGIONS_CELL,
 ]
 
 # 4. The graph viewer, a small graph and a 10,000-node one.
