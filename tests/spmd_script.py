@@ -27,6 +27,7 @@ from xlalab.distributed.spmd.collectives import program_collectives, reshards  #
 from xlalab.runtime import config, graph, metrics  # noqa: E402
 
 out: dict[str, Any] = {}
+errors: dict[str, str] = {}
 
 
 def mlp() -> torch.nn.Module:
@@ -268,8 +269,50 @@ texts = [p.executable.as_text() for p in graph.CACHE.values()]
 padded = (" pad(", "f32[2,4]", "num_partitions=8")  # each device's 2 of the 6 rows, padded
 out["uneven_pending_padded"] = any(all(s in t for s in padded) for t in texts)
 
+# ParallelLoader(input_sharding=...): each batch comes sharded, here over the 'data' axis.
+import torch_xla.distributed.parallel_loader as pl  # noqa: E402
+
+data_spec = xs.ShardingSpec(mesh, ("data", None))
+dataset = torch.utils.data.TensorDataset(torch.randn(32, 16), torch.randn(32, 8))
+host_loader = torch.utils.data.DataLoader(dataset, batch_size=8)
+dict_loader = torch.utils.data.DataLoader([{"x": x, "y": y} for x, y in dataset], batch_size=8)
+
+
+def loader_losses(batches: Any, device: str) -> list[float]:
+    model = mlp().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for batch in batches:
+        x, y = (batch["x"], batch["y"]) if isinstance(batch, dict) else batch
+        if "loader_spec" not in out and device != "cpu":
+            out["loader_spec"] = [xs.get_sharding_spec(x), xs.get_sharding_spec(y)]
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())  # MpDeviceLoader marks the step before each batch
+    return losses
+
+
+out["loader_cpu_losses"] = loader_losses(host_loader, "cpu")
+out["loader_losses"] = loader_losses(pl.MpDeviceLoader(host_loader, "xla", input_sharding=data_spec), "xla")
+by_key = {"x": data_spec, "y": xs.ShardingSpec(mesh, ("data", "model"))}
+dict_batches = list(pl.MpDeviceLoader(dict_loader, "xla", input_sharding=by_key))
+out["loader_dict_specs"] = [[xs.get_sharding_spec(b[k]) for k in ("x", "y")] for b in dict_batches[:1]]
+out["loader_dict_close"] = all(
+    torch.equal(b["x"].cpu(), x) and torch.equal(b["y"].cpu(), y)
+    for b, (x, y) in zip(dict_batches, ((d["x"], d["y"]) for d in dict_loader))
+)
+try:
+    pl.MpDeviceLoader(dict_loader, "xla", input_sharding={"z": data_spec}).__iter__().next()
+except ValueError as e:
+    errors["loader_key"] = str(e)
+try:
+    pl.ParallelLoader(host_loader, ["xla"], input_sharding=("data", None))
+except TypeError as e:
+    errors["loader_type"] = str(e)
+
 # Mistakes name the fix.
-errors = {}
 try:
     xs.mark_sharding(torch.zeros(4, 4, device="xla"), mesh, ("data",))
 except ValueError as e:

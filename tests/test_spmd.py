@@ -169,6 +169,18 @@ def test_uneven_constraint_on_a_pending_value_is_padded_by_the_partitioner(repor
     assert report["uneven_pending_padded"]  # each device computes 2 of the 6 rows (one padded)
 
 
+def test_parallel_loader_input_sharding_shards_each_batch(report: dict[str, Any]) -> None:
+    data_rows = "{devices=[2,1,4]0,1,2,3,4,5,6,7 last_tile_dim_replicate}"  # rows over 'data' (2 ways)
+    assert report["loader_spec"] == [data_rows, data_rows]
+    np.testing.assert_allclose(report["loader_losses"], report["loader_cpu_losses"], rtol=1e-5)
+    # A dict of specs, keyed like the batch's dict: each tensor its own sharding.
+    assert report["loader_dict_specs"] == [[data_rows, "{devices=[2,4]0,1,2,3,4,5,6,7}"]]
+    assert report["loader_dict_close"]
+    errors = report["errors"]
+    assert "'z'" in errors["loader_key"] and "its keys: 'x', 'y'" in errors["loader_key"]
+    assert "got a tuple" in errors["loader_type"] and "xs.ShardingSpec(mesh" in errors["loader_type"]
+
+
 def test_mistakes_name_the_fix(report: dict[str, Any]) -> None:
     errors = report["errors"]
     assert "one entry per dimension" in errors["spec_length"]

@@ -55,8 +55,12 @@ class ParallelLoader:
 
     ``fixed_batch_size`` also drops rounds whose shapes differ from the first round's (so a
     smaller last batch can never cause a recompilation). ``batchdim``,
-    ``batches_per_execution``, ``host_to_device_transfer_threads`` and ``input_sharding`` are
-    torch_xla's and accepted for compatibility; xlalab moves whole batches with one thread.
+    ``batches_per_execution`` and ``host_to_device_transfer_threads`` are torch_xla's and
+    accepted for compatibility; xlalab moves whole batches with one thread.
+
+    In SPMD mode, ``input_sharding`` shards each batch as it is handed out: an
+    ``xs.ShardingSpec`` for every tensor of the batch, or a dict of them keyed like the batch's
+    dict (``{"x": xs.ShardingSpec(mesh, ("data", None)), ...}``; keys not named stay unsharded).
     """
 
     def __init__(
@@ -79,6 +83,7 @@ class ParallelLoader:
             raise ValueError("ParallelLoader needs at least one device")
         self._loader = loader
         self._devices = [torch.device(d) for d in devices]
+        self._input_sharding = _check_input_sharding(input_sharding)
         self._fixed_batch_size = fixed_batch_size
         self._with_index = with_index
         self._mark_step = mark_step
@@ -193,6 +198,56 @@ def dropped_message(loader: ParallelLoader, who: str = "ParallelLoader") -> str:
     )
 
 
+def _check_input_sharding(input_sharding: Any) -> Any:
+    """``input_sharding`` as given, once it is known to be usable (SPMD mode, sharding specs)."""
+    if input_sharding is None:
+        return None
+    from .spmd.xla_sharding import ShardingSpec, _require_spmd
+
+    _require_spmd("ParallelLoader(input_sharding=...)")
+    specs = input_sharding.values() if isinstance(input_sharding, dict) else [input_sharding]
+    for spec in specs:
+        if not isinstance(spec, ShardingSpec):
+            raise TypeError(
+                f"input_sharding got a {type(spec).__name__}: give a torch_xla.distributed.spmd.ShardingSpec "
+                "(xs.ShardingSpec(mesh, ('data', None))), or a dict of them keyed like the batch's dict"
+            )
+    return input_sharding
+
+
+def _shard_batch(batch: Any, input_sharding: Any) -> Any:
+    """``batch`` with its tensors sharded as ``input_sharding`` says (a spec for all, or per key)."""
+    if not isinstance(input_sharding, dict):
+        return _apply_spec(batch, input_sharding)
+    if not isinstance(batch, dict):
+        raise TypeError(
+            f"input_sharding is a dict keyed like a dict batch ({', '.join(map(repr, input_sharding))}), "
+            f"but the loader gave a {type(batch).__name__}: give one ShardingSpec for all its tensors"
+        )
+    missing = [k for k in input_sharding if k not in batch]
+    if missing:
+        raise ValueError(
+            f"input_sharding names {', '.join(map(repr, missing))}, which the batch does not have "
+            f"(its keys: {', '.join(map(repr, batch))})"
+        )
+    return type(batch)(
+        (k, _apply_spec(v, input_sharding[k]) if k in input_sharding else v) for k, v in batch.items()
+    )
+
+
+def _apply_spec(x: Any, spec: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        spec.apply(x)  # lays the device data out across the mesh (the tensor itself is kept)
+        return x
+    if isinstance(x, dict):
+        return type(x)((k, _apply_spec(v, spec)) for k, v in x.items())
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*[_apply_spec(v, spec) for v in x])
+    if isinstance(x, (list, tuple)):
+        return type(x)(_apply_spec(v, spec) for v in x)
+    return x
+
+
 class PerDeviceLoader:
     """One device's batches from a :class:`ParallelLoader`, already on the device.
 
@@ -235,6 +290,9 @@ class PerDeviceLoader:
                 raise item.error
             self._loader._at_end()
             raise StopIteration
+        if self._loader._input_sharding is not None:
+            # Here, in the consumer's thread: annotations are the graph's, never a loader thread's.
+            item = _shard_batch(item, self._loader._input_sharding)
         index = self._index
         self._index += 1
         return (index, item) if self._loader._with_index else item
