@@ -15,7 +15,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 from jax import lax
 
@@ -24,6 +23,7 @@ from xlalab.runtime.lowering.elementwise import HALF, Scalar, compute_float, saf
 from xlalab.runtime.lowering.pooling import expand
 from xlalab.runtime.lowering.reductions import axes
 from xlalab.runtime.lowering.registry import lowering
+from xlalab.runtime.lowering.upsample import nearest
 
 aten = torch.ops.aten
 
@@ -559,29 +559,14 @@ def _embedding_dense_backward(
 
 
 # --- upsampling ---------------------------------------------------------------------
-
-
-def _nearest_source(out: int, size: int, scale: float | None) -> np.ndarray:
-    """torch's nearest-neighbour source rows: floor(dst * in/out) (or * 1/scale when
-    the caller gave a scale), computed in float32 as torch does, clamped to the input."""
-    ratio = np.float32(1.0 / scale if scale else size / out)
-    src = np.floor(np.arange(out, dtype=np.float32) * ratio).astype(np.int64)
-    return np.minimum(src, size - 1)
-
-
-def _upsample_nearest(x: Array, output_size: Sequence[int], scales: Sequence[float | None]) -> Array:
-    nd = len(output_size)
-    for i, (out, scale) in enumerate(zip(output_size, scales, strict=True)):
-        axis = x.ndim - nd + i
-        x = jnp.take(x, jnp.asarray(_nearest_source(out, x.shape[axis], scale)), axis=axis)
-    return x
+# Nearest in 2-d; the algorithm, and every other mode and rank, are in upsample.py.
 
 
 @lowering(aten.upsample_nearest2d.default)
 def _upsample_nearest2d(
     x: Array, output_size: Sequence[int], scales_h: float | None = None, scales_w: float | None = None
 ) -> Array:
-    return _upsample_nearest(x, output_size, (scales_h, scales_w))
+    return nearest(x, output_size, (scales_h, scales_w))
 
 
 @lowering(aten.upsample_nearest2d.vec)
@@ -591,8 +576,8 @@ def _upsample_nearest2d_vec(
     if output_size is None:
         assert scale_factors is not None
         output_size = [math.floor(n * f) for n, f in zip(x.shape[-2:], scale_factors, strict=True)]
-        return _upsample_nearest(x, output_size, scale_factors)
-    return _upsample_nearest(x, output_size, (None, None))
+        return nearest(x, output_size, scale_factors)
+    return nearest(x, output_size, (None, None))
 
 
 @lowering(aten.upsample_nearest2d_backward.default)
@@ -605,7 +590,7 @@ def _upsample_nearest2d_backward(
 ) -> Array:
     # The forward is a gather; its transpose (a scatter-add) is the gradient.
     zeros = jnp.zeros(tuple(input_size), grad_output.dtype)
-    _, pullback = jax.vjp(lambda x_: _upsample_nearest(x_, output_size, (scales_h, scales_w)), zeros)
+    _, pullback = jax.vjp(lambda x_: nearest(x_, output_size, (scales_h, scales_w)), zeros)
     return pullback(grad_output)[0]
 
 
