@@ -218,7 +218,7 @@ def _recordable(call: dict[str, Any]) -> bool:
             return False
         for name in ("grads", "exp_avgs", "exp_avg_sqs") + (("max_exp_avg_sqs",) if call["amsgrad"] else ()):
             other = call[name][i]
-            if other.shape != p.shape or not other.dtype.is_floating_point:
+            if other.shape != p.shape or other.dtype != p.dtype:  # the kernel reads them as p's type
                 return False
     return True
 
