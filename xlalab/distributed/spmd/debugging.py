@@ -97,19 +97,26 @@ def device_memory() -> dict[str, int]:
     """Bytes of live device arrays on each xla device (``xla:i``), counting each device's own
     blocks of sharded arrays: where SPMD put the data. Read from the arrays' shardings, so no
     data is touched."""
+    import math
+
     import jax
 
     index = {d: i for i, d in enumerate(backend.jax_devices())}
-    totals = {f"xla:{i}": 0 for i in range(len(index))}
+    # Bytes per device set: most arrays share a few shardings, so devices are visited per set.
+    by_set: dict[int, tuple[Any, int]] = {}
     for array in jax.live_arrays():
         try:
             sharding = array.sharding
-            block = int(np.prod(sharding.shard_shape(array.shape), dtype=np.int64)) * array.dtype.itemsize
+            block = math.prod(sharding.shard_shape(array.shape)) * array.dtype.itemsize
             devices = sharding.device_set
         except Exception:  # an array being deleted meanwhile, or a sharding with no blocks
             continue
+        held = by_set.get(id(devices))
+        by_set[id(devices)] = (devices, block + (held[1] if held else 0))
+    totals = {f"xla:{i}": 0 for i in range(len(index))}
+    for devices, nbytes in by_set.values():
         for device in devices:
             i = index.get(device)
             if i is not None:
-                totals[f"xla:{i}"] += block
+                totals[f"xla:{i}"] += nbytes
     return totals
