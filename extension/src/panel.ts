@@ -73,7 +73,7 @@ export class XlaPanel extends Widget {
     dynamoRecompiles: stat('xlalab-dynamo-recompiles')
   };
   /** compiled mode's graphs beside XLA's compiles; hidden until dynamo compiled something */
-  private readonly _dynamoRow = h('div', { class: 'xlalab-Stat xlalab-mod-hidden' });
+  private readonly _dynamoRow = h('div', { class: 'xlalab-Stat', attrs: { style: 'display: none' } });
   /** the sizes next to the transfer counts */
   private readonly _words = {
     bytesTo: h('span', { class: 'xlalab-Bytes', attrs: testId('xlalab-bytes-to') }),
@@ -353,7 +353,8 @@ export class XlaPanel extends Widget {
     setText(s.cached, formatCount(snap.compiles.cached));
     setText(s.dynamoGraphs, formatCount(snap.dynamo.graphs));
     setText(s.dynamoRecompiles, formatCount(snap.dynamo.recompiles));
-    this._dynamoRow.classList.toggle('xlalab-mod-hidden', snap.dynamo.graphs === 0);
+    // Inline: .xlalab-Stat's display rule would beat the hidden class.
+    this._dynamoRow.style.display = snap.dynamo.graphs === 0 ? 'none' : '';
     setText(s.timeLast, formatSeconds(snap.compiles.seconds_last));
     setText(s.timeTotal, formatSeconds(snap.compiles.seconds_total));
     setText(s.executions, formatCount(snap.executions.count));

@@ -57,8 +57,18 @@ def step(batch):
     "# the same step, one sample fewer\n" + RECOMPILE_LINE,
     "import jax\n\nprint(jax.config.jax_compilation_cache_dir)  # what the panel's Compile cache row says",
     "loss = step(6)  # the same line recompiles again: one more shape",
+    """import xlalab.dynamo
+
+
+@torch.compile(backend="xlalab")
+def scaled(t):
+    return torch.tanh(t) * 2
+
+
+out = scaled(torch.ones(3, 4, device=dev))
+out = scaled(torch.ones(5, 4, device=dev))  # another batch size: dynamo's guard fails, one recompile""",
 ]
-MODEL_CELL, RECOMPILE_CELL, CACHE_DIR_CELL, RECOMPILE_AGAIN_CELL = 1, 3, 4, 5
+MODEL_CELL, RECOMPILE_CELL, CACHE_DIR_CELL, RECOMPILE_AGAIN_CELL, COMPILED_CELL = 1, 3, 4, 5, 6
 
 # 3. A CPU fallback, and an .item() inside a training loop's step.
 ITEM_LINE = "value = loss.item()  # reads a pending value before the step's end"
@@ -272,6 +282,8 @@ for name, cells in notebooks.items():
             "fallbacks": {k: n(k) for k in met.counter_names() if k.startswith("aten::") and n(k)},
             "transfers_to": samples("TransferToDeviceTime"),
             "transfers_from": samples("TransferFromDeviceTime"),
+            "dynamo_graphs": n("DynamoExtractCompiledGraph"),
+            "dynamo_recompiles": n("DynamoRecompile"),
         })
 print("E2E-COUNTS " + json.dumps(result))
 """
