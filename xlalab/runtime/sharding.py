@@ -318,16 +318,24 @@ def cache_key(graph: Graph, datas: Sequence[Any]) -> tuple[Any, ...] | None:
     return (tuple(getattr(a, "sharding", None) for a in datas), tuple(root_specs(graph)))
 
 
-def jit_options(graph: Graph) -> dict[str, Any]:
-    """``jax.jit`` options of a graph: in SPMD mode, its annotated roots pinned to their
-    shardings as ``out_shardings`` (the partitioner chooses the others)."""
+def out_shardings(graph: Graph) -> list[NamedSharding | None] | None:
+    """In SPMD mode, each root's pinned sharding (None where the partitioner chooses), or None
+    when no root is pinned: ``jax.jit``'s ``out_shardings`` for a function returning the roots'
+    list (wrap it to match a function that returns more)."""
     if not _enabled[0]:
-        return {}
+        return None
     specs = root_specs(graph)
     if not any(specs):
-        return {}
+        return None
     shapes = [graph.nodes[r].shape or () for r in graph.roots]
     # An uneven pinned sharding leaves the program as near as equal blocks allow (JAX arrays
     # split evenly only): the storage keeps the annotation, the array its even part.
-    outs = [None if s is None else s.even_for(shape).named_sharding() for s, shape in zip(specs, shapes)]
-    return {"out_shardings": outs}
+    return [None if s is None else s.even_for(shape).named_sharding() for s, shape in zip(specs, shapes)]
+
+
+def jit_options(graph: Graph) -> dict[str, Any]:
+    """``jax.jit`` options of a graph whose function returns the roots' list: in SPMD mode, its
+    annotated roots pinned to their shardings as ``out_shardings`` (the partitioner chooses the
+    others)."""
+    outs = out_shardings(graph)
+    return {} if outs is None else {"out_shardings": outs}
