@@ -25,7 +25,7 @@ SHAPES = [(7,), (3, 5), (33,)]  # 33: torch's kernel takes both its vector loop 
 def _close(cpu: torch.Tensor, lazy: torch.Tensor, what: str) -> None:
     if cpu.dtype == torch.bfloat16:
         # One bfloat16 ulp at most, and almost every element bit-equal.
-        torch.testing.assert_close(lazy, cpu, rtol=2**-8, atol=1e-30, msg=what)
+        torch.testing.assert_close(lazy, cpu, rtol=2**-7, atol=1e-30, msg=what)
         assert (lazy != cpu).float().mean().item() < 0.02, what
     else:
         torch.testing.assert_close(lazy, cpu, rtol=1e-6, atol=1e-7, msg=what)
@@ -163,15 +163,15 @@ def gpt2() -> tuple[list[torch.nn.Parameter], list[list[torch.Tensor]]]:
 
 
 def _train(
-    device: Any, gpt2: Any, make: Any, compiles: list[int] | None = None
+    device: Any, gpt2: Any, make: Any, dtype: torch.dtype, compiles: list[int] | None = None
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     params0, grads = gpt2
-    params = [torch.nn.Parameter(p.detach().clone().to(device)) for p in params0]
+    params = [torch.nn.Parameter(p.detach().to(dtype).to(device)) for p in params0]
     opt = make(params)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 - step / 10)  # linear decay, as HF's
     for step_grads in grads:
         for p, g in zip(params, step_grads):
-            p.grad = g.to(device)
+            p.grad = g.to(dtype).to(device)
         opt.step()
         sched.step()
         if device != "cpu":
@@ -187,20 +187,24 @@ OPTIMIZERS = {
     "adam-wd-amsgrad": lambda ps: torch.optim.Adam(ps, lr=1e-2, weight_decay=0.01, amsgrad=True, fused=True),
     "adamw-maximize": lambda ps: torch.optim.AdamW(ps, lr=1e-2, maximize=True, fused=True),
 }
+RUNS = [("adamw", torch.float32), ("adam-wd-amsgrad", torch.float32), ("adamw-maximize", torch.float32),
+        ("adamw", torch.bfloat16)]  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(OPTIMIZERS))
-def test_fused_optimizer_step_is_lowered_and_compiles_once(dev: torch.device, gpt2: Any, name: str) -> None:
+@pytest.mark.parametrize(("name", "dtype"), RUNS, ids=[f"{n}-{str(d)[6:]}" for n, d in RUNS])
+def test_fused_optimizer_step_is_lowered_and_compiles_once(
+    dev: torch.device, gpt2: Any, name: str, dtype: torch.dtype
+) -> None:
     xlalab.mark_step()
     met.clear_all()
     compiles: list[int] = []
-    lazy_params, lazy_state = _train(dev, gpt2, OPTIMIZERS[name], compiles)
+    lazy_params, lazy_state = _train(dev, gpt2, OPTIMIZERS[name], dtype, compiles)
     assert met.executed_fallback_ops() == []
     assert (met.counter_value(f"xla::_fused_{'adamw' if 'adamw' in name else 'adam'}_") or 0) == 5
     # The first step also creates the optimizer state; every later one runs the same program,
     # though the learning rate changes every step.
     assert compiles[-1] == compiles[1], compiles
-    eager_params, eager_state = _train("cpu", gpt2, OPTIMIZERS[name])
+    eager_params, eager_state = _train("cpu", gpt2, OPTIMIZERS[name], dtype)
     for i, (e, z) in enumerate(zip(eager_params + eager_state, lazy_params + lazy_state)):
         _close(e, z, f"{name}: tensor {i}")
 

@@ -85,9 +85,12 @@ CHECKPOINT_RESUME = textwrap.dedent(
     resumed.train(resume_from_checkpoint=os.path.join(out, "checkpoint-2"))
     losses = lambda t: [h["loss"] for h in t.state.log_history if "loss" in h]
     from transformers.utils import is_torch_xla_available
+    import torch_xla.debug.metrics as met
     print(json.dumps({"files": sorted(os.listdir(os.path.join(out, "checkpoint-2"))),
                       "torch_xla": is_torch_xla_available(), "device": str(whole.args.device),
-                      "whole": losses(whole), "resumed": losses(resumed)}))
+                      "whole": losses(whole), "resumed": losses(resumed),
+                      "fallbacks": met.executed_fallback_ops(),
+                      "fused_steps": met.counter_value("xla::_fused_adamw_")}))
     """
 )
 
@@ -232,6 +235,10 @@ def test_trainer_on_xla_matches_cpu(procs: dict[str, subprocess.Popen[str]]) -> 
     assert cpu["torch_xla"] is False and cpu["device"] == "cpu"
     assert len(xla["whole"]) == 4  # type: ignore[arg-type]
     torch.testing.assert_close(torch.tensor(xla["whole"]), torch.tensor(cpu["losses"]), rtol=1e-4, atol=1e-4)
+    # Nothing ran on the CPU, the default fused AdamW step included; what reads the device is the
+    # Trainer's logging (.item() of the loss, which torch_xla counts as aten::_local_scalar_dense).
+    assert set(xla["fallbacks"]) <= {"aten::_local_scalar_dense"}, xla["fallbacks"]  # type: ignore[arg-type]
+    assert xla["fused_steps"], "the Trainer's default optimizer is AdamW(fused=True)"
 
 
 def test_trainer_checkpoint_and_resume_on_xla(procs: dict[str, subprocess.Popen[str]]) -> None:
