@@ -15,6 +15,8 @@ from typing import Any
 from .collectives import program_collectives
 from .debugging import device_memory
 
+KEEP_PROGRAMS = 1024  # programs whose cost is kept (a few hundred bytes each)
+
 
 @dataclass
 class ProgramCost:
@@ -55,7 +57,11 @@ class Usage:
     def program_compiled(self, graph_hash: int, program: Any) -> None:
         cost = program_cost(program)
         with self._lock:
+            self.costs.pop(graph_hash, None)
             self.costs[graph_hash] = cost
+            while len(self.costs) > KEEP_PROGRAMS:  # the oldest programs' runs stop counting
+                self.runs.pop(next(iter(self.costs)), None)
+                del self.costs[next(iter(self.costs))]
 
     def ran(self, graph_hash: int) -> None:
         with self._lock:
