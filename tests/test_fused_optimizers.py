@@ -227,3 +227,67 @@ def test_functional_fused_adamw_returns_new_tensors(dev: torch.device) -> None:
     for lazy, eager in zip(outs[:4], inplace):
         _close(eager[0], lazy[0].cpu(), "functional output")
     assert outs[4] == []
+
+
+# --------------------------------------------------------------------------- GradScaler's ops
+
+
+def _scaler_ops(device: Any, dtype: torch.dtype) -> list[torch.Tensor]:
+    """Four steps of GradScaler's two ops on gradients that overflow at the second step."""
+    gen = torch.Generator().manual_seed(1)
+    scale = torch.tensor([2.0**16]).to(device)
+    tracker = torch.tensor([0], dtype=torch.int32).to(device)
+    seen = []
+    for step, bad in enumerate([None, float("inf"), None, float("nan")]):
+        grads = [torch.randn(s, generator=gen).to(dtype) * 1000 for s in SHAPES]
+        if bad is not None:
+            grads[1][0, 2] = bad
+        grads = [g.to(device) for g in grads]
+        found_inf = torch.zeros(1).to(device)
+        inv_scale = scale.double().reciprocal().float() if step != 2 else torch.ones(1).to(device)
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)
+        torch._amp_update_scale_(scale, tracker, found_inf, 2.0, 0.5, 2)
+        seen += [*grads, found_inf.clone(), scale.clone(), tracker.clone()]
+        if device != "cpu":
+            xlalab.mark_step()
+    # Growing past the largest float keeps the scale (and restarts the count).
+    big = torch.tensor([3e38]).to(device)
+    count = torch.tensor([1], dtype=torch.int32).to(device)
+    torch._amp_update_scale_(big, count, torch.zeros(1).to(device), 2.0, 0.5, 2)
+    return [t.cpu() for t in (*seen, big, count)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_grad_scaler_ops_match_torch_cpu_kernels(dev: torch.device, dtype: torch.dtype) -> None:
+    xlalab.mark_step()
+    met.clear_all()
+    lazy = _scaler_ops(dev, dtype)
+    assert met.executed_fallback_ops() == []
+    eager = _scaler_ops("cpu", dtype)
+    for i, (e, z) in enumerate(zip(eager, lazy)):
+        torch.testing.assert_close(z, e, rtol=0, atol=0, equal_nan=True, msg=f"tensor {i}")
+
+
+def test_grad_scaler_with_fused_adamw_skips_the_overflowing_step_on_the_device(dev: torch.device) -> None:
+    def run(device: Any) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(6, 3).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+        scaler = torch.amp.GradScaler(torch.device(device).type, init_scale=2.0**10, growth_interval=2)
+        x = torch.randn(4, 6).to(device)
+        for step in range(4):
+            opt.zero_grad()
+            loss = model(x).pow(2).mean() * (float("inf") if step == 1 else 1.0)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            if device != "cpu":
+                xlalab.mark_step()
+        return [t.detach().cpu() for t in (*model.parameters(), scaler._scale)]  # type: ignore[misc]
+
+    xlalab.mark_step()
+    met.clear_all()
+    lazy = run(str(dev))
+    assert met.executed_fallback_ops() == []
+    for e, z in zip(run("cpu"), lazy):
+        torch.testing.assert_close(z, e, rtol=1e-6, atol=1e-7)

@@ -289,3 +289,96 @@ for _op in INPLACE:
     rt._SPECIAL[_op] = _fused_step_
 for _op in FUNCTIONAL:
     rt._SPECIAL[_op] = _fused_step
+
+
+# --------------------------------------------------------------------------- GradScaler's ops
+#
+# ``torch.amp.GradScaler`` (and ``xlalab.amp.GradScaler``) checks and unscales the gradients with
+# ``_amp_foreach_non_finite_check_and_unscale_`` and updates its scale with ``_amp_update_scale_``;
+# with a fused optimizer it hands ``grad_scale``/``found_inf`` to the step above. Both ops follow
+# torch's CPU kernels here, so that a scaled step never leaves the device.
+
+
+@lowering(aten._amp_foreach_non_finite_check_and_unscale_.default)
+def _non_finite_check_and_unscale(
+    grads: Sequence[Array], found_inf: Array, inv_scale: Array
+) -> tuple[Array, ...]:
+    """Each gradient times ``inv_scale`` (untouched when it is 1), and ``found_inf`` set to 1 when
+    any gradient holds an inf or a NaN (never reset: the scaler zeroes it per step)."""
+    inv = jnp.reshape(inv_scale, ()).astype(jnp.float32)
+    found = jnp.reshape(found_inf, ())
+    unscaled = []
+    for g in grads:
+        v = g.astype(_opmath(g.dtype))
+        found = jnp.where(jnp.all(jnp.isfinite(v)), found, jnp.ones_like(found))
+        unscaled.append(jnp.where(inv == 1, v, v * inv.astype(v.dtype)).astype(g.dtype))
+    return (*unscaled, jnp.reshape(found, found_inf.shape))
+
+
+def _unscale_(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    call = _bind(func, args, kwargs)
+    if call is None:
+        return rt.fallback(func, args, kwargs)
+    grads, found_inf, inv_scale = call["self"], call["found_inf"], call["inv_scale"]
+    tensors = [*grads, found_inf, inv_scale]
+    scalars_ok = all(t.numel() == 1 and t.dtype == torch.float32 for t in (found_inf, inv_scale))
+    if (
+        not scalars_ok
+        or not all(type(t) is rt.XlaTensor for t in tensors)
+        or len({t._st.device for t in tensors}) > 1
+        or not all(g.dtype.is_floating_point for g in grads)
+    ):
+        return rt.fallback(func, args, kwargs)  # eager's kernel raises its own error
+    acc = rt._Args()
+    template = (acc.entry(list(grads), False), acc.entry(found_inf, False), acc.entry(inv_scale, False))
+    targets = [*grads, found_inf]
+    outs = tuple((tuple(t.shape), t.dtype) for t in targets)
+    frames = ir_frames(rt._IR_DEBUG[1]) if rt._IR_DEBUG[0] else None
+    node = ir.Node(func, tuple(acc.operands), (template, ()), None, None, max(acc.device, 0), outs=outs,
+                   frames=frames)  # fmt: skip
+    metrics.count(rt.info(func).counter)
+    for i, t in enumerate(targets):
+        rt.assign(t, ir.item(node, i))
+    return None
+
+
+@lowering(aten._amp_update_scale.default)
+def _update_scale(
+    scale: Array,
+    growth_tracker: Array,
+    found_inf: Array,
+    scale_growth_factor: float,
+    scale_backoff_factor: float,
+    growth_interval: int,
+) -> tuple[Array, Array]:
+    """GradScaler's scale after a step: backed off after an inf/NaN, grown after
+    ``growth_interval`` clean steps in a row (unless growing overflows)."""
+    found = jnp.reshape(found_inf, ()) != 0
+    current = jnp.reshape(scale, ())
+    tracker = jnp.reshape(growth_tracker, ())
+    # The kernel multiplies the float scale by the double factors, then stores a float.
+    backed_off = (current.astype(jnp.float64) * scale_backoff_factor).astype(current.dtype)
+    grown = (current.astype(jnp.float64) * scale_growth_factor).astype(current.dtype)
+    successful = tracker + 1
+    grow = successful == growth_interval
+    new_scale = jnp.where(found, backed_off, jnp.where(grow & jnp.isfinite(grown), grown, current))
+    new_tracker = jnp.where(found | grow, jnp.zeros_like(tracker), successful)
+    return jnp.reshape(new_scale, scale.shape), jnp.reshape(new_tracker, growth_tracker.shape)
+
+
+def _update_scale_(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # In place on the scale and the growth tracker: the functional op, written back.
+    if kwargs or not all(type(a) is rt.XlaTensor for a in args[:3]):
+        return rt.fallback(func, args, kwargs)
+    node = rt.record(aten._amp_update_scale.default, args, kwargs)
+    if node is None:
+        return rt.fallback(func, args, kwargs)
+    scale, tracker = rt.wrap_result(node)
+    rt.assign(args[0], rt.value(scale))
+    rt.assign(args[1], rt.value(tracker))
+    metrics.count(rt.info(func).counter)
+    return args[0]
+
+
+rt._SPECIAL[aten._amp_foreach_non_finite_check_and_unscale_.default] = _unscale_
+rt._SPECIAL[aten._amp_update_scale_.default] = _update_scale_
