@@ -1,4 +1,5 @@
-"""Fused optimizer steps: ``torch.optim.Adam(fused=True)`` and ``AdamW(fused=True)``.
+"""Fused optimizer steps (``torch.optim.Adam(fused=True)``, ``AdamW(fused=True)``) and the two
+ops of ``GradScaler`` that feed them (at the end of the module).
 
 The fused optimizers (AdamW's is Hugging Face Trainer's default, ``adamw_torch_fused``) hand the
 whole update of a parameter group to one op, ``aten._fused_adam_``/``_fused_adamw_``, which writes
