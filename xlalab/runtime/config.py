@@ -108,6 +108,14 @@ declare(
     "CompileCacheEviction) and compiles again if it comes back.",
 )
 declare(
+    "XLA_ENABLE_PARAM_ALIASING",
+    bool,
+    True,
+    "Let a barrier's program write the new values of tensors it overwrites (parameters, optimizer "
+    "state) into the buffers of their old values, when nothing else can read those: peak device "
+    "memory of a training step drops by about the size of the model and its optimizer state.",
+)
+declare(
     "XLA_PERSISTENT_CACHE_PATH",
     str,
     "~/.cache/xlalab/xla",

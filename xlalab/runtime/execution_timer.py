@@ -3,8 +3,10 @@
 XLA runs a program asynchronously: ``execute`` returns once the program is dispatched, and
 the host goes on recording the next step while the device works. The dispatch is timed on
 the calling thread (``DispatchTime``); one waiter thread blocks on each dispatched program's
-outputs, in order, and records ``ExecuteTime`` from the moment the device could start it (its
-dispatch, or the end of the program before it) to the moment its outputs were ready.
+done token (an extra output that is ready when the program has finished), in order, and records
+``ExecuteTime`` from the moment the device could start it (its dispatch, or the end of the
+program before it) to that moment. It holds the token only, never the tensors' arrays: a
+buffer nothing else holds may be given to the next program (donation.py).
 
 Reading metrics settles what has already finished (a read right after ``.item()`` sees that
 step's ExecuteTime) and never waits for work still running.
@@ -44,7 +46,8 @@ def _wait_loop() -> None:
 
 
 def dispatched(start_ns: int, outputs: Any) -> None:
-    """A program was dispatched at ``start_ns``; time it when ``outputs`` are ready."""
+    """A program was dispatched at ``start_ns``; time it when ``outputs`` (its done token) are
+    ready."""
     if not _thread:
         with _lock:
             if not _thread:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from . import (
     compile_cache,
     config,
     debug_files,
+    donation,
     events,
     execution_timer,
     index_checks,
@@ -132,9 +134,51 @@ class Program:
     graph_hash: int
     num_nodes: int
     device: int
+    # Positions among the data leaves whose buffers the program may overwrite (see donation.py),
+    # and how many operand slots of the graph hold each of those leaves.
+    donated: tuple[int, ...] = ()
+    donated_uses: tuple[int, ...] = ()
+
+    def run(self, datas: list[Any], scalars: Any) -> tuple[list[Any], Any]:
+        """The roots' arrays, and a token that is ready when the program has finished."""
+        if not self.donated:
+            return self.executable(datas, scalars)  # type: ignore[no-any-return]
+        given, kept = _split(datas, self.donated)
+        return self.executable(given, kept, scalars)  # type: ignore[no-any-return]
 
     def __call__(self, datas: list[Any], scalars: Any) -> list[Any]:
-        return self.executable(datas, scalars)  # type: ignore[no-any-return]
+        return self.run(datas, scalars)[0]
+
+
+def _split(datas: list[Any], donated: tuple[int, ...]) -> tuple[list[Any], list[Any]]:
+    chosen = set(donated)
+    return [datas[i] for i in donated], [a for i, a in enumerate(datas) if i not in chosen]
+
+
+def _with_done_token(fn: Callable[[list[Any], Any], list[Any]]) -> Callable[[list[Any], Any], Any]:
+    """``fn`` that also returns a token, ready when the whole program has finished (every output
+    of one execution is): what waits for the device holds it, never the roots' arrays."""
+
+    def with_token(datas: list[Any], scalars: Any) -> tuple[list[Any], Any]:
+        return fn(datas, scalars), jnp.zeros((), jnp.bool_)
+
+    return with_token
+
+
+def _with_donated_argument(fn: Callable[[list[Any], Any], Any], donated: tuple[int, ...], n: int) -> Any:
+    """``fn(datas, scalars)`` as ``f(donated_datas, kept_datas, scalars)``: ``jax.jit`` donates
+    whole arguments."""
+    kept_positions = [i for i in range(n) if i not in set(donated)]
+
+    def with_donated(given: list[Any], kept: list[Any], scalars: Any) -> Any:
+        datas: list[Any] = [None] * n
+        for i, a in zip(donated, given):
+            datas[i] = a
+        for i, a in zip(kept_positions, kept):
+            datas[i] = a
+        return fn(datas, scalars)
+
+    return with_donated
 
 
 CACHE = compile_cache.ProgramCache()  # exact graph key -> Program
@@ -443,13 +487,35 @@ def publish_compile_start(graph: Graph, device: str, reason: str) -> None:
         )
 
 
-def compile_graph(graph: Graph, datas: list[Any], scalars: Any, reason: str = "") -> Program:
+def compile_graph(
+    graph: Graph,
+    datas: list[Any],
+    scalars: Any,
+    reason: str = "",
+    donated: tuple[int, ...] = (),
+    donated_uses: tuple[int, ...] = (),
+) -> Program:
+    """Compile ``graph`` for these inputs; the data leaves at ``donated`` are given to XLA."""
     publish_compile_start(graph, f"xla:{graph.key[-1]}", reason)
     t0 = time.perf_counter_ns()
-    fn = build_function(graph)
+    fn = _with_done_token(build_function(graph))
+    options = sharding.jit_options(graph)
+    if "out_shardings" in options:
+        options["out_shardings"] = (options["out_shardings"], None)  # the token's is XLA's choice
     lowered = None
     try:
-        lowered = jax.jit(fn, **sharding.jit_options(graph)).lower(datas, scalars)
+        if donated:
+            with warnings.catch_warnings():
+                # A donated leaf no output can reuse is still freed at once (nothing holds it).
+                warnings.filterwarnings("ignore", "Some donated buffers were not usable")
+                jitted = jax.jit(
+                    _with_donated_argument(fn, donated, len(datas)),
+                    donate_argnums=(0,),
+                    **options,
+                )
+                lowered = jitted.lower(*_split(datas, donated), scalars)
+        else:
+            lowered = jax.jit(fn, **options).lower(datas, scalars)
         executable = lowered.compile()
     except Exception as e:
         failure = _failure(graph, "Lowering" if lowered is None else "XLA failed to compile", e, lowered)
@@ -458,7 +524,7 @@ def compile_graph(graph: Graph, datas: list[Any], scalars: Any, reason: str = ""
     dt = time.perf_counter_ns() - t0
     metrics.record("CompileTime", dt)
     metrics.count("UncachedCompile")
-    prog = Program(executable, graph.hash, len(graph.nodes), graph.key[-1])
+    prog = Program(executable, graph.hash, len(graph.nodes), graph.key[-1], donated, donated_uses)
     publish_compile(graph, prog, f"xla:{prog.device}", reason, seconds=dt / 1e9)
     return prog
 
@@ -495,11 +561,13 @@ def _trace_settings() -> tuple[Any, ...]:
     )
 
 
-def _inputs(graph: Graph, device: int) -> tuple[list[Any], Any]:
-    datas = [n.value for n in graph.nodes if n.op is ir.DATA]
+def _inputs(graph: Graph, device: int) -> tuple[list[Node], list[Any], Any]:
+    """The data leaves, their arrays (laid out for the program) and the scalar vector."""
+    leaves = [n for n in graph.nodes if n.op is ir.DATA]
     vals = [float(n.value) for n in graph.nodes if n.op is ir.SCALAR]
     scalars = jax.device_put(np.asarray(vals, dtype=np.float64), backend.jax_device(device))
-    return sharding.place_inputs(graph, datas, scalars)
+    datas, scalars = sharding.place_inputs(graph, [n.value for n in leaves], scalars)
+    return leaves, datas, scalars
 
 
 # --------------------------------------------------------------------------- op-by-op
@@ -602,8 +670,12 @@ def note_cache_hit(graph: Graph, prog: Any, device: int, reason: str) -> None:
     publish_compile(graph, prog, f"xla:{device}", reason, cached=True)
 
 
-def execute(roots: Sequence[Node], reason: str) -> list[Any]:
-    """Compute ``roots`` (all on one device) and return their arrays."""
+def execute(roots: Sequence[Node], reason: str, donate: bool = False) -> list[Any]:
+    """Compute ``roots`` (all on one device) and return their arrays.
+
+    ``donate``: the caller replaces every pending value of the device with its result (a full
+    barrier), so leaves nothing else holds may be given to XLA (see donation.py).
+    """
     from .tensor import flush_tracing
 
     flush_tracing()
@@ -628,10 +700,15 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
         roots = [*roots, *[c.node for c in checks]]
     graph = linearize(roots)
     device = graph.key[-1]
-    datas, scalars = _inputs(graph, device)
+    leaves, datas, scalars = _inputs(graph, device)
     metrics.record("TensorsGraphSize", len(graph.nodes), "number")
+    donate = donate and donation.enabled()
     key = (graph.key, _trace_settings(), sharding.cache_key(graph, datas))
     prog = CACHE.get(key)
+    if prog is not None and prog.donated:
+        # Compiled at a barrier; a read that needs the same graph copies what it would give.
+        donation.guard(leaves, datas, prog.donated, prog.donated_uses, everything=not donate)
+    del leaves  # a leaf's last holders are now the graph's operands: XLA may take its buffer
     if prog is None:
         # Checked on a miss only: a refused graph never enters the cache, so it misses again.
         _refuse_collectives(graph)
@@ -643,16 +720,24 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
             device,
             len(graph.nodes),
         )
-        prog = compile_graph(graph, datas, scalars, reason)
+        donated: tuple[int, ...] = ()
+        uses: tuple[int, ...] = ()
+        if donate:
+            leaves = [n for n in graph.nodes if n.op is ir.DATA]
+            all_uses = donation.leaf_uses(graph.nodes, leaves)
+            donated = donation.free_leaves(leaves, datas, all_uses)
+            uses = tuple(all_uses[i] for i in donated)
+            del leaves
+        prog = compile_graph(graph, datas, scalars, reason, donated, uses)
         CACHE.put(key, prog)
     else:
         note_cache_hit(graph, prog, device, reason)
     t0 = time.perf_counter_ns()
     try:
-        outs = prog(datas, scalars)
+        outs, done = prog.run(datas, scalars)
         synchronous = bool(config.get("XLA_SYNC_WAIT"))
         if synchronous:
-            jax.block_until_ready(outs)
+            jax.block_until_ready(done)
     except Exception as e:
         raise _failure(graph, "Executing", e) from e
     dt = time.perf_counter_ns() - t0
@@ -660,7 +745,7 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
     if synchronous:
         execution_timer.record_now(t0)
     else:
-        execution_timer.dispatched(t0, outs)  # ExecuteTime, when the device has finished
+        execution_timer.dispatched(t0, done)  # ExecuteTime, when the device has finished
     metrics.count("ExecuteComputation")
     vlog("tensor", 5, "Executing IR graph hash %x on device xla:%d done!", prog.graph_hash, device)
     if events.listening():
@@ -685,7 +770,9 @@ def execute(roots: Sequence[Node], reason: str) -> list[Any]:
     return list(outs)
 
 
-def execute_isolating(roots: Sequence[Node], reason: str) -> tuple[list[Any], dict[int, LoweringError]]:
+def execute_isolating(
+    roots: Sequence[Node], reason: str, donate: bool = False
+) -> tuple[list[Any], dict[int, LoweringError]]:
     """``execute``, keeping a failure where it happened: the roots that depend on the failing
     node get the error (by position), every other root is computed all the same."""
     arrays: list[Any] = [None] * len(roots)
@@ -693,8 +780,9 @@ def execute_isolating(roots: Sequence[Node], reason: str) -> tuple[list[Any], di
     remaining = list(range(len(roots)))
     while remaining:
         try:
-            outs = execute([roots[i] for i in remaining], reason)
+            outs = execute([roots[i] for i in remaining], reason, donate)
         except LoweringError as e:
+            donate = False  # what is left after a failure is no longer every pending value
             failed = _depending_on_failure([roots[i] for i in remaining], e)
             for k in failed:
                 errors[remaining[k]] = e
@@ -742,7 +830,9 @@ def sync(reason: str = "mark_step", device: int | None = None) -> None:
         by_device.setdefault(st.device, []).append(st)
     first_error: LoweringError | None = None
     for dev, group in sorted(by_device.items()):
-        arrays, errors = execute_isolating([st.node for st in group], reason)
+        # Every pending value of the device is a root here: leaves no one else holds may be
+        # given to XLA.
+        arrays, errors = execute_isolating([st.node for st in group], reason, donate=True)
         for i, (st, array) in enumerate(zip(group, arrays)):
             if i in errors:
                 # Marked, not pending: reading it raises this error again, later syncs skip it.
