@@ -166,3 +166,23 @@ def test_steps_dispatched_back_to_back_still_donate(aliasing: None) -> None:
     assert copies[1:] == [0] * 5, copies
     for p_cpu, p_dev in zip(cpu.parameters(), dev.parameters()):
         torch.testing.assert_close(p_dev.cpu(), p_cpu, rtol=1e-5, atol=1e-6)
+
+
+def test_a_read_runs_the_barriers_program_on_copies(aliasing: None) -> None:
+    """Reading the one pending tensor builds the graph a barrier builds: the same program runs,
+    on copies of what it would give to XLA, and compiles nothing new."""
+    dev = xm.xla_device()
+    w = torch.full((3,), 2.0, device=dev)
+    xm.mark_step()
+    w.mul_(3.0)
+    xm.mark_step()  # compiled at the barrier, giving w's old buffer
+    assert _last_program().donated == (0,)
+    compiles = met.counter_value("UncachedCompile") or 0
+    keep = torch.empty(3, device=dev)
+    keep.copy_(w)
+    w.mul_(3.0)
+    before = _copies()
+    torch.testing.assert_close(w.cpu(), torch.full((3,), 18.0))
+    assert _copies() == before + 1
+    assert (met.counter_value("UncachedCompile") or 0) == compiles
+    torch.testing.assert_close(keep.cpu(), torch.full((3,), 6.0))

@@ -462,6 +462,7 @@ def publish_compile(graph: Graph, prog: Any, device: str, reason: str, *, second
         events.publish(
             events.CompileEvent(
                 graph=graph,
+                program=prog,
                 graph_hash=prog.graph_hash,
                 num_nodes=prog.num_nodes,
                 seconds=seconds,
@@ -909,18 +910,27 @@ def materialize_on_devices(
     for dev in sorted(by_device):
         group = [st for st in bases if st.device == dev]
         dev_idx = by_device[dev]
-        roots = [st.node for st in group] + [nodes[i] for i in dev_idx]
+        # Each node once among the roots: reading a pending tensor builds the graph a barrier
+        # would (same key, same program), not one with its root listed twice.
+        roots = [st.node for st in group]
+        position = {id(n): k for k, n in enumerate(roots)}
+        where = []
+        for i in dev_idx:
+            k = position.setdefault(id(nodes[i]), len(roots))
+            if k == len(roots):
+                roots.append(nodes[i])
+            where.append(k)
         arrays, errors = execute_isolating(roots, reason)
         for k, (st, array) in enumerate(zip(group, arrays)):
             if k in errors:
                 st.node = ir.error(errors[k], st.node.shape, st.node.dtype, dev)
             else:
                 st.node = ir.data(array, st.node.shape, st.node.dtype, dev)
-        for k, (i, array) in enumerate(zip(dev_idx, arrays[len(group) :])):
-            if k + len(group) in errors:
+        for i, k in zip(dev_idx, where):
+            if k in errors:
                 forget(bases)
-                raise errors[k + len(group)]
-            results[i] = array
+                raise errors[k]
+            results[i] = arrays[k]
     forget(bases)
     return results
 
