@@ -162,7 +162,14 @@ def _with_done_token(fn: Callable[[list[Any], Any], list[Any]]) -> Callable[[lis
     def with_token(datas: list[Any], scalars: Any) -> tuple[list[Any], Any]:
         return fn(datas, scalars), jnp.zeros((), jnp.bool_)
 
-    return with_token
+    return _named_as(with_token, fn)
+
+
+def _named_as(wrapper: Any, fn: Any) -> Any:
+    # Profiles and HLO module names show jax.jit's function name: keep the graph function's.
+    wrapper.__name__ = fn.__name__
+    wrapper.__qualname__ = fn.__qualname__
+    return wrapper
 
 
 def _with_donated_argument(fn: Callable[[list[Any], Any], Any], donated: tuple[int, ...], n: int) -> Any:
@@ -178,7 +185,7 @@ def _with_donated_argument(fn: Callable[[list[Any], Any], Any], donated: tuple[i
             datas[i] = a
         return fn(datas, scalars)
 
-    return with_donated
+    return _named_as(with_donated, fn)
 
 
 CACHE = compile_cache.ProgramCache()  # exact graph key -> Program
