@@ -155,3 +155,14 @@ def test_half_ops_apply_float_scalars_at_float32(dev: torch.device) -> None:
     b = torch.randn(256, dtype=torch.bfloat16)
     assert torch.equal((a.to(dev) * 0.6).cpu(), a * 0.6)
     assert torch.equal(torch.lerp(a.to(dev), b.to(dev), 0.4).cpu(), torch.lerp(a, b, 0.4))
+
+
+def test_storage_tells_shared_memory_apart_and_has_no_host_memory(dev: torch.device) -> None:
+    base = torch.zeros(4, 6, device=dev)
+    view, alias, other = base[1:].t(), base.detach(), torch.zeros(4, 6, device=dev)
+    ptr = base.storage().data_ptr()
+    assert ptr != 0 and view.storage().data_ptr() == ptr and alias.storage().data_ptr() == ptr
+    assert other.storage().data_ptr() != ptr
+    assert base.storage().nbytes() == view.storage().nbytes() == 4 * 6 * 4
+    with pytest.raises(NotImplementedError, match=r"move the tensor to the CPU"):
+        base.storage().tolist()

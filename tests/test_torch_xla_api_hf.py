@@ -251,21 +251,14 @@ def test_trainer_checkpoint_and_resume_on_xla(procs: dict[str, subprocess.Popen[
     torch.testing.assert_close(torch.tensor(resumed[2:]), torch.tensor(whole[2:]), rtol=1e-5, atol=1e-5)  # type: ignore[index]
 
 
-# safetensors asks every tensor for its host storage; an xla tensor has none and says so
-# (NotImplementedError, as safetensors expects). Without the names, transformers also needs
-# distinct storage ids per xla tensor, which xla tensors do not have.
+# transformers and safetensors tell tied weights apart by `storage().data_ptr()`: an xla
+# tensor's storage() gives its storage's identity (shared by views and aliases) and no memory.
 def test_save_pretrained_round_trip_with_names(procs: dict[str, subprocess.Popen[str]]) -> None:
     report = _json(procs["hf_names_on"])
     files = ["config.json", "generation_config.json", "model.safetensors"]
     assert report == {"torch_xla": True, "files": files, "same": True, "tied": True}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not provided: without torch_xla's names, transformers tells tensors apart by their host "
-    "storage pointer, which an xla tensor does not have; save with XLALAB_TORCH_XLA=1 "
-    "(docs/torch_xla_names.md). Turns red once xla tensors carry distinct storage ids.",
-)
 def test_save_pretrained_round_trip_without_names(procs: dict[str, subprocess.Popen[str]]) -> None:
     report = _json(procs["hf_names_off"])
     assert report["torch_xla"] is False and report["same"] is True and report["tied"] is True

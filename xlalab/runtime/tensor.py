@@ -14,6 +14,7 @@ scatters into the base (``xla::update_view``).
 from __future__ import annotations
 
 import itertools
+import math
 import time
 import weakref
 from collections.abc import Callable
@@ -144,11 +145,7 @@ class XlaTensor(torch.Tensor):
         return self
 
     def storage(self) -> Any:  # type: ignore[override]
-        # safetensors (HF save_pretrained) asks each tensor for its host storage and expects
-        # this error for tensors that have none.
-        raise NotImplementedError(
-            "xla tensors have no host storage; move the tensor to the CPU first (t.cpu())"
-        )
+        return _StorageIdentity(self)
 
     # ---- reading values: these are barriers for this tensor
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
@@ -223,6 +220,39 @@ class XlaTensor(torch.Tensor):
         return (
             torch._utils._rebuild_device_tensor_from_cpu_tensor,
             (host, self.dtype, str(self.device), self.requires_grad),
+        )
+
+
+class _StorageIdentity:
+    """What ``t.storage()`` gives for an xla tensor: its storage's identity and size, no memory.
+
+    Libraries tell tensors that share memory apart by ``storage().data_ptr()`` (transformers'
+    ``save_pretrained`` finds tied weights so; safetensors refuses two names for one block).
+    Views and aliases of one base share the number, as in eager; there is no host memory
+    behind it, so everything else raises.
+    """
+
+    __slots__ = ("_nbytes", "_serial", "device")
+
+    def __init__(self, t: XlaTensor) -> None:
+        self._serial = t._st.serial
+        base = t._st.node  # a view's storage is its base's
+        self._nbytes = math.prod(base.shape or ()) * t.element_size()
+        self.device = t.device
+
+    def data_ptr(self) -> int:
+        return 4096 * (self._serial + 1)  # never 0 (a null pointer means "no storage")
+
+    def nbytes(self) -> int:
+        return self._nbytes
+
+    def size(self) -> int:
+        return self._nbytes
+
+    def __getattr__(self, name: str) -> Any:
+        raise NotImplementedError(
+            f"xla tensors have no host storage (storage().{name}); move the tensor to the CPU "
+            "first (t.cpu())"
         )
 
 
