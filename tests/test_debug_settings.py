@@ -52,7 +52,7 @@ def test_failed_lowering_saves_the_graph_and_says_where(dev: torch.device, tmp_p
         LOWERINGS[aten.relu.default] = original
         config.set("XLA_SAVE_HLO_FILE", "")
         config.set("XLA_DUMP_HLO_GRAPH", False)
-        xlalab.runtime.tensor._pending.clear()
+        xlalab.runtime.storage._pending.clear()
     message = str(info.value)
     assert "deliberately broken lowering" in message
     assert f"saved to {target}" in message

@@ -93,7 +93,7 @@ def test_a_failed_compile_is_announced_too(dev: torch.device, seen: list[events.
             y.cpu()
     finally:
         LOWERINGS[aten.relu.default] = original
-        xlalab.runtime.tensor._pending.clear()
+        xlalab.runtime.storage._pending.clear()
     kinds = [e.kind for e in seen if e.kind.startswith("compile")]
     assert kinds == ["compile_start", "compile_error"]
     err = next(e for e in seen if isinstance(e, events.CompileErrorEvent))

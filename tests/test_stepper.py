@@ -22,7 +22,7 @@ import xlalab.debug.metrics as met
 from xlalab.debug.stepper import NothingPendingError, StepError, Stepper, step
 from xlalab.runtime import backend, config, events
 from xlalab.runtime import graph as rgraph
-from xlalab.runtime.tensor import pending_storages
+from xlalab.runtime.storage import pending_storages
 
 from .conftest import counter
 

@@ -26,7 +26,7 @@ import xlalab.core.xr as xr
 import xlalab.utils.serialization as xser
 import xlalab.utils.utils as xu
 from xlalab import amp
-from xlalab.runtime.tensor import pending_storages
+from xlalab.runtime.storage import pending_storages
 
 from .conftest import counter
 

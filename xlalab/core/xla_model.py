@@ -629,18 +629,18 @@ def _device_index(device: Any) -> int:
 def set_rng_state(seed: int, device: Any = None) -> None:
     """Set the xla device's random generator to ``seed`` (a value from :func:`get_rng_state`
     restores that point of the sequence exactly)."""
-    from ..runtime.device import _rng
+    from ..runtime import rng
 
     value = int(seed)
-    _rng[_device_index(device)] = [value & 0xFFFFFFFF, (value >> 32) & 0xFFFFFFFF]
+    rng.STATE[_device_index(device)] = [value & 0xFFFFFFFF, (value >> 32) & 0xFFFFFFFF]
 
 
 def get_rng_state(device: Any = None) -> int:
     """The xla device's random generator state as an integer: the seed after
     ``set_rng_state(seed)``/``torch_xla.manual_seed(seed)``, then moving on with every random op."""
-    from ..runtime.device import _seed_of
+    from ..runtime import rng
 
-    seed, offset = _seed_of(_device_index(device))
+    seed, offset = rng.seed_of(_device_index(device))
     return int(seed) | (int(offset) << 32)
 
 
@@ -727,7 +727,8 @@ def set_replication(device: Any, devices: list[Any] | None) -> None:
 
 
 def _stablehlo_tensors(tensors: list[torch.Tensor] | None) -> list[torch.Tensor]:
-    from ..runtime.tensor import pending_storages, wrap
+    from ..runtime.storage import pending_storages
+    from ..runtime.tensor import wrap
 
     if tensors:
         return list(tensors)

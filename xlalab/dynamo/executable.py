@@ -34,8 +34,8 @@ import torch
 from torch import fx
 
 from xlalab.runtime import backend, config, events, graph, index_checks, ir, metrics, sharding, tensor
-from xlalab.runtime.device import rng_operands
 from xlalab.runtime.frames import user_frames
+from xlalab.runtime.rng import rng_operands
 from xlalab.runtime.tensor import XlaTensor
 
 from . import report

@@ -11,8 +11,9 @@ import torch
 
 from . import backend, config, debug_files, events, metrics
 from . import lowering as _lowering  # noqa: F401 - fills the lowering table
-from .device import install, manual_seed_all, xla_device
+from .device import install, xla_device
 from .graph import sync, wait_device_ops
+from .rng import manual_seed_all
 from .tensor import XlaTensor
 
 install()

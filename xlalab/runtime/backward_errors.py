@@ -29,17 +29,15 @@ def _pending() -> list[BaseException]:
     return errors  # type: ignore[no-any-return]
 
 
-def defer(error: BaseException, func: Any, args: tuple[Any, ...]) -> Any:
-    """Keep ``error`` for the end of backward; return failed values shaped like the op's input."""
-    from .tensor import XlaTensor, wrap
-
+def defer(error: BaseException, func: Any, args: tuple[Any, ...]) -> list[ir.Node]:
+    """Keep ``error`` for the end of backward; return failed values (one per output) shaped
+    like the op's first xla input."""
     returns = func._schema.returns
-    like = next((a for a in args if isinstance(a, XlaTensor)), None)
+    like = next((a for a in args if isinstance(a, torch.Tensor) and a.device.type == "xla"), None)
     if like is None or not returns or any("Tensor" not in str(r.type) for r in returns):
         raise error
     _pending().append(error)
-    failed = [wrap(ir.error(error, tuple(like.shape), like.dtype, like._st.device)) for _ in returns]
-    return failed[0] if len(failed) == 1 else tuple(failed)
+    return [ir.error(error, tuple(like.shape), like.dtype, like.device.index or 0) for _ in returns]
 
 
 def _raise_kept(cause: BaseException | None = None) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from . import backend, backward_errors, ir, metrics
+from . import backend, backward_errors, ir, metrics, rng
+from .graph import wait_device_ops
 from .tensor import EMPTY, XlaTensor, fallback, record, torch_device, wrap
 
 aten = torch.ops.aten
@@ -35,34 +36,6 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):  # type: ignore[misc]
 class _Guard(torch._C._acc.DeviceGuard):  # type: ignore[misc]
     def type_(self) -> Any:
         return torch._C._autograd.DeviceType.PrivateUse1
-
-
-# --------------------------------------------------------------------------- device RNG
-
-_rng: dict[int, list[int]] = {}  # device -> [seed, offset]
-
-
-def _seed_of(device: int) -> list[int]:
-    state = _rng.get(device)
-    if state is None:
-        state = _rng[device] = [torch.initial_seed() & 0xFFFFFFFF, 0]
-    return state
-
-
-def manual_seed_all(seed: int) -> None:
-    for d in range(backend.device_count()):
-        _rng[d] = [int(seed) & 0xFFFFFFFF, 0]
-
-
-def rng_operands(device: int) -> tuple[ir.Node, ir.Node]:
-    """Seed and offset leaves for one random op; the offset advances per op.
-
-    Both are graph inputs, so a training step with dropout compiles once.
-    """
-    state = _seed_of(device)
-    offset = state[1]
-    state[1] = (offset + 1) & 0xFFFFFFFF
-    return ir.scalar(state[0], device, torch.int64), ir.scalar(offset, device, torch.int64)
 
 
 class _DeviceModule:
@@ -90,27 +63,25 @@ class _DeviceModule:
 
     @staticmethod
     def manual_seed_all(seed: int) -> None:
-        manual_seed_all(seed)
+        rng.manual_seed_all(seed)
 
     @staticmethod
     def manual_seed(seed: int) -> None:
-        manual_seed_all(seed)
+        rng.manual_seed_all(seed)
 
     @staticmethod
     def get_rng_state(device: Any = None) -> torch.Tensor:
         """The device RNG's (seed, offset) as a uint8 tensor, like other backends' RNG state."""
-        seed, offset = _seed_of(_index(device))
+        seed, offset = rng.seed_of(_index(device))
         return torch.tensor([seed, offset], dtype=torch.int64).view(torch.uint8)
 
     @staticmethod
     def set_rng_state(state: torch.Tensor, device: Any = None) -> None:
         seed, offset = state.clone().view(torch.int64).tolist()
-        _rng[_index(device)] = [int(seed), int(offset)]
+        rng.STATE[_index(device)] = [int(seed), int(offset)]
 
     @staticmethod
     def synchronize(device: Any = None) -> None:
-        from .graph import wait_device_ops
-
         wait_device_ops()
 
     @staticmethod

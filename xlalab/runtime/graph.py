@@ -37,6 +37,7 @@ from . import (
     ir,
     metrics,
     promotion,
+    replica_state,
     sharding,  # SPMD: shardings of leaves, pinned outputs and constraints
 )
 from .dtypes import to_jnp
@@ -44,6 +45,7 @@ from .frames import user_frames
 from .ir import Node
 from .log import vlog
 from .lowering.registry import LOWERINGS
+from .storage import forget_pending, pending_storages
 
 
 class LoweringError(RuntimeError):
@@ -684,9 +686,7 @@ def execute(roots: Sequence[Node], reason: str, donate: bool = False) -> list[An
     ``donate``: the caller replaces every pending value of the device with its result (a full
     barrier), so leaves nothing else holds may be given to XLA (see donation.py).
     """
-    from .tensor import flush_tracing
-
-    flush_tracing()
+    metrics.flush_tracing()
     if _op_by_op(reason):
         graph = linearize(roots)
         _refuse_collectives(graph)
@@ -822,15 +822,12 @@ def sync(reason: str = "mark_step", device: int | None = None) -> None:
     replicas' graphs run together as one SPMD program. Elsewhere, devices that a running
     replica group owns are left to their replicas.
     """
-    from .replicated import current, owned_devices
-    from .tensor import forget_pending, pending_storages
-
-    replica = current()
+    replica = replica_state.current()
     if replica is not None:
         replica.sync(reason)
         return
     storages = pending_storages(device)
-    owned = owned_devices()
+    owned = replica_state.owned_devices()
     if owned:
         storages = [st for st in storages if st.device not in owned]
     by_device: dict[int, list[Any]] = {}
@@ -863,12 +860,9 @@ def materialize(nodes: Sequence[Node], storages: Sequence[Any], reason: str) -> 
     """Arrays for ``nodes`` (values of tensors over ``storages``), syncing those storages only."""
     if all(n.op is ir.DATA for n in nodes):
         return [n.value for n in nodes]
-    from .replicated import current
-    from .tensor import forget_pending
-
-    replica = current()
+    replica = replica_state.current()
     if replica is not None:
-        return replica.materialize(nodes, storages, reason)
+        return replica.materialize(nodes, storages, reason)  # type: ignore[no-any-return]
     return materialize_on_devices(nodes, storages, reason, forget_pending)
 
 

@@ -10,6 +10,7 @@ and a read per sync, so the mode is off by default.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,19 +65,20 @@ def _indexed(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[t
     return []
 
 
-def note(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Record the range checks of one indexing op (checked mode only)."""
-    from .tensor import XlaTensor, value
-
+def note(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], node_of: Callable[[Any], ir.Node | None]
+) -> None:
+    """Record the range checks of one indexing op (checked mode only); ``node_of`` gives an
+    xla tensor's current value (None for anything else)."""
     checks = _indexed(func, args, kwargs)
     if not checks:
         return
     frames = user_frames()
     where = f"{frames[0].file}:{frames[0].line}" if frames else "an unknown line"
     for index, size, negative_ok in checks:
-        if not isinstance(index, XlaTensor) or index.dtype.is_floating_point or index.dtype is torch.bool:
+        src = node_of(index)
+        if src is None or index.dtype.is_floating_point or index.dtype is torch.bool:
             continue
-        src = value(index)
         lo = -size if negative_ok else 0
         node = ir.Node(CHECK, (src,), (lo, size), (), torch.bool, src.device)
         _pending.append(Check(node, func._schema.name, size, where))

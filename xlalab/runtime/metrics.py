@@ -148,6 +148,20 @@ def record_many(name: str, values: Sequence[float], kind: str = "time") -> None:
     m.samples.extend([(now, v) for v in values])
 
 
+# Per-op recording times (ns) since the last flush: the recorder appends to it, and it is
+# folded into ``LazyTracing`` at each sync and before any read of the metrics.
+LAZY_TRACING: list[int] = []
+
+
+def flush_tracing() -> None:
+    if LAZY_TRACING:
+        record_many("LazyTracing", LAZY_TRACING)
+        LAZY_TRACING.clear()
+
+
+BEFORE_READ.append(flush_tracing)
+
+
 class _Timed:
     """Context manager behind :func:`timed`; a slotted class is cheaper than a generator."""
 

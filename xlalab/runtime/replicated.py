@@ -52,9 +52,10 @@ import torch
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from . import backend, config, events, graph, ir, metrics
+from . import backend, config, events, graph, ir, metrics, replica_state, storage
 from .frames import user_frames
 from .ir import Node
+from .storage import pending_storages
 
 ALL_REDUCE = "xla::all_reduce"
 AXIS = "replica"
@@ -67,12 +68,12 @@ class ReplicaError(RuntimeError):
 
 # --------------------------------------------------------------------------- thread state
 
-_tls = threading.local()  # .replica: the Replica this thread runs; .axis: the axis while tracing
+_tls = replica_state.LOCAL
 
 
 def current() -> Replica | None:
     """The replica the calling thread runs, or None outside replicated execution."""
-    return getattr(_tls, "replica", None)  # type: ignore[no-any-return]
+    return replica_state.current()  # type: ignore[no-any-return]
 
 
 @contextmanager
@@ -94,12 +95,8 @@ def running(replica: Replica) -> Iterator[Replica]:
         torch._C._set_multithreading_enabled(threaded)
 
 
-_OWNED: dict[int, ReplicaGroup] = {}  # xla device -> the group whose session runs on it
-
-
-def owned_devices() -> frozenset[int]:
-    """Devices that a running group syncs itself; a plain sync from another thread leaves them."""
-    return frozenset(_OWNED)
+_OWNED = replica_state.OWNED  # xla device -> the group whose session runs on it
+owned_devices = replica_state.owned_devices
 
 
 # --------------------------------------------------------------------------- the collective
@@ -332,8 +329,6 @@ class ReplicaGroup:
         """After a failed session: pending graphs whose collectives lost their partners can never
         run. Take them out of the pending set so they do not fail every later sync; a tensor
         that still needs one says so (graph.execute refuses it) when it is used."""
-        from .tensor import pending_storages
-
         for d in self.devices:
             storages = pending_storages(d)
             if storages and graph.collective_width(graph.linearize([st.node for st in storages])) > 1:
@@ -462,8 +457,6 @@ class ReplicaGroup:
 
     # ---- what the leader runs
     def _sync(self, reasons: dict[int, str]) -> None:
-        from .tensor import pending_storages
-
         reason = reasons[min(reasons)]
         indices = sorted(reasons)
         for attempt in range(2):
@@ -527,18 +520,9 @@ _EXCHANGES = itertools.count()
 
 
 def forget(storages: Sequence[Any]) -> None:
-    """Drop storages from the pending set; safe while other replica threads record.
-
-    Pops are atomic under the GIL; the sweep of dead entries copies the dict in C first,
-    so a concurrent insert can never break the iteration.
-    """
-    from .tensor import _pending
-
-    for st in storages:
-        _pending.pop(st.serial, None)
-    for serial, ref in list(_pending.items()):
-        if ref() is None:
-            _pending.pop(serial, None)
+    """Drop storages from the pending set; safe while other replica threads record."""
+    storage.forget_pending(list(storages))
+    storage.sweep_dead()
 
 
 # --------------------------------------------------------------------------- SPMD programs
@@ -588,9 +572,7 @@ def execute(
     group: ReplicaGroup, graphs: list[graph.Graph], devices: list[int], reason: str
 ) -> list[list[Any]]:
     """Execute one graph per replica (``devices[i]`` runs ``graphs[i]``): their arrays, per replica."""
-    from .tensor import flush_tracing
-
-    flush_tracing()
+    metrics.flush_tracing()
     if all(not g.roots for g in graphs):
         return [[] for _ in graphs]
     width = max(graph.collective_width(g) for g in graphs)

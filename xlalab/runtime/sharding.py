@@ -34,7 +34,7 @@ from .ir import Node
 
 if TYPE_CHECKING:
     from .graph import Graph
-    from .tensor import Storage
+    from .storage import Storage
 
 CONSTRAINT = "xla::custom_sharding"  # torch_xla's name for mark_sharding on a pending value
 

@@ -13,90 +13,28 @@ scatters into the base (``xla::update_view``).
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch._ops import OpOverload
 
-from . import backend, backward_errors, config, events, index_checks, ir, metrics
+from . import backend, backward_errors, config, events, index_checks, ir, metrics, rng
 from .frames import ir_frames, user_frames
+from .graph import materialize, sync
 from .ir import Node, slot
 from .lowering.registry import LOWERINGS, STATIC_ARGS
 
+# The pending set lives in storage.py; its functions are part of this module's API too.
+from .storage import Storage as Storage
+from .storage import forget_pending as forget_pending
+from .storage import pending_storages as pending_storages
+from .storage import set_node as set_node
+
 aten = torch.ops.aten
 Handler = Callable[[OpOverload, tuple[Any, ...], dict[str, Any]], Any]
-
-
-# --------------------------------------------------------------------------- storage
-
-
-class Storage:
-    """The current value of a base tensor, shared by all its aliases and views."""
-
-    __slots__ = ("__weakref__", "device", "node", "ref", "serial")
-
-    def __init__(self, node: Node, device: int) -> None:
-        self.node = node
-        self.device = device
-        self.serial = next(_serials)
-        # One weak reference per storage: it keys the pending set and counts deaths.
-        self.ref = _StorageRef(self, _on_storage_death)
-        self.ref.serial = self.serial
-        counters = metrics.COUNTERS
-        counters["CreateXlaTensor"] = counters.get("CreateXlaTensor", 0) + 1
-        if node.op is not ir.DATA and node.op is not ir.ERROR:
-            _pending[self.serial] = self.ref
-
-
-class _StorageRef(weakref.ref):  # type: ignore[type-arg]
-    """A storage's weak reference, carrying its serial so that its death leaves the pending set."""
-
-    __slots__ = ("serial",)
-    serial: int
-
-
-_serials = itertools.count()
-# Storages whose node is pending IR, by creation serial: the roots of the next sync.
-_pending: dict[int, weakref.ref[Storage]] = {}
-
-
-def _on_storage_death(
-    ref: _StorageRef, _counters: dict[str, int] = metrics.COUNTERS, _pending: dict[int, Any] = _pending
-) -> None:
-    # Both dicts are bound at definition (and cleared in place): finalizers still run at
-    # interpreter exit, after module globals are gone. A pending value nobody holds is dropped
-    # at once, so a long chain of temporaries leaves nothing for the next sync to sift through.
-    _counters["DestroyXlaTensor"] = _counters.get("DestroyXlaTensor", 0) + 1
-    _pending.pop(ref.serial, None)
-
-
-def set_node(st: Storage, node: Node) -> None:
-    """Give a storage a new value (pending IR or device data)."""
-    st.node = node
-    if node.op is not ir.DATA and node.op is not ir.ERROR:
-        _pending[st.serial] = st.ref
-
-
-def pending_storages(device: int | None = None) -> list[Storage]:
-    """Every live storage with pending IR, in creation order (the sync's roots)."""
-    out = []
-    for serial in sorted(_pending):
-        st = _pending[serial]()
-        if st is not None and st.node.op is not ir.DATA and st.node.op is not ir.ERROR and (
-            device is None or st.device == device
-        ):
-            out.append(st)
-    return out
-
-
-def forget_pending(storages: list[Storage]) -> None:
-    for st in storages:
-        _pending.pop(st.serial, None)
 
 
 # --------------------------------------------------------------------------- the tensor
@@ -132,7 +70,8 @@ class XlaTensor(torch.Tensor):
         except Exception as e:
             if torch._C._current_autograd_node() is None:
                 raise
-            out = backward_errors.defer(e, func, args)
+            failed = [wrap(n) for n in backward_errors.defer(e, func, args)]
+            out = failed[0] if len(failed) == 1 else tuple(failed)
         # LazyTracing: buffered per op, folded into the metric at the next sync.
         _TRACING.append(time.perf_counter_ns() - t0)
         if _EAGER[0]:
@@ -317,6 +256,10 @@ def value(t: XlaTensor) -> Node:
         node = _view_node(func, node, tpl)
     t._vcache = (base, node)
     return node
+
+
+def _node_of(a: Any) -> Node | None:
+    return value(a) if isinstance(a, XlaTensor) else None
 
 
 def assign(t: XlaTensor, node: Node) -> None:
@@ -633,8 +576,6 @@ config.watch("XLA_USE_EAGER_DEBUG_MODE", lambda on: _EAGER.__setitem__(0, bool(o
 
 
 def _run_now() -> None:
-    from .graph import sync
-
     sync("eager_debug_mode")
 
 
@@ -653,16 +594,7 @@ config.watch("XLA_IR_DEBUG", _set_ir_debug)
 config.watch("XLALAB_IR_DEBUG_DEPTH", lambda depth: _IR_DEBUG.__setitem__(1, depth))
 
 
-_TRACING: list[int] = []  # per-op recording times (ns) since the last sync
-
-
-def flush_tracing() -> None:
-    if _TRACING:
-        metrics.record_many("LazyTracing", _TRACING)
-        _TRACING.clear()
-
-
-metrics.BEFORE_READ.append(flush_tracing)
+_TRACING = metrics.LAZY_TRACING
 _COUNTERS = metrics.COUNTERS  # incremented inline on the hot path (cleared in place by clear_counters)
 
 
@@ -688,7 +620,7 @@ def _lowered(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     if node is None:
         return fallback(func, args, kwargs)
     if index_checks.enabled[0]:
-        index_checks.note(func, args, kwargs)
+        index_checks.note(func, args, kwargs, _node_of)
     return wrap_result(node)
 
 
@@ -699,7 +631,7 @@ def _inplace(functional: OpOverload) -> Handler:
         if node is None or node.outs is not None:
             return fallback(func, args, kwargs)
         if index_checks.enabled[0]:
-            index_checks.note(functional, args, kwargs)
+            index_checks.note(functional, args, kwargs, _node_of)
         _check_inplace(func, self, node)
         metrics.count(info(func).counter)
         assign(self, node)
@@ -947,15 +879,13 @@ def _functionalized(functional: OpOverload, writes: dict[int, int], n_out: int) 
 
 def _random(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Random ops draw from the device RNG; seed and offset are graph inputs."""
-    from .device import rng_operands
-
     kwargs = {k: v for k, v in kwargs.items() if k != "generator"}
     if kwargs.get("generator") is not None or any(isinstance(a, torch.Generator) for a in args):
         return fallback(func, args, kwargs)
     args = tuple(a for a in args if not isinstance(a, torch.Generator))
     self = args[0]
     dev = self._st.device
-    seed, offset = rng_operands(dev)
+    seed, offset = rng.rng_operands(dev)
     name = func._schema.name
     inplace = name.endswith("_")
     functional = func if not inplace else None
@@ -1204,8 +1134,6 @@ def to_cpu(t: XlaTensor, reason: str) -> torch.Tensor:
 
 def to_cpu_many(ts: list[XlaTensor], reason: str) -> list[torch.Tensor]:
     """Bring tensors to the host: a barrier for exactly these tensors."""
-    from .graph import materialize
-
     if not ts:
         return []
     arrays = materialize([value(t) for t in ts], [t._st for t in ts], reason)

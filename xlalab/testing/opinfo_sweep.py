@@ -717,12 +717,12 @@ def settle() -> None:
     """Run whatever IR an op left pending, so that it cannot leak into the next op's graphs;
     IR that fails to compile (already reported by that op's samples) is dropped."""
     import xlalab
-    from xlalab.runtime import tensor
+    from xlalab.runtime import storage
 
     try:
         xlalab.mark_step()
     except Exception:
-        tensor._pending.clear()
+        storage._pending.clear()
 
 
 def _select(ops: list[Any], names: list[str] | None) -> list[Any]:

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from ...runtime import ir, sharding
-from ...runtime.tensor import Storage, XlaTensor, set_node, value
+from ...runtime.storage import Storage, set_node
+from ...runtime.tensor import XlaTensor, value
 from .mesh import Mesh
 
 PartitionEntry = int | str | tuple[int | str, ...] | None

@@ -1,0 +1,36 @@
+"""The device RNG: a (seed, offset) pair per xla device, kept on the host.
+
+A random op takes the seed and the current offset as scalar graph inputs and advances the
+offset, so a training step with dropout compiles once and draws new numbers every step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import backend, ir
+
+STATE: dict[int, list[int]] = {}  # device -> [seed, offset]
+
+
+def seed_of(device: int) -> list[int]:
+    state = STATE.get(device)
+    if state is None:
+        state = STATE[device] = [torch.initial_seed() & 0xFFFFFFFF, 0]
+    return state
+
+
+def manual_seed_all(seed: int) -> None:
+    for d in range(backend.device_count()):
+        STATE[d] = [int(seed) & 0xFFFFFFFF, 0]
+
+
+def rng_operands(device: int) -> tuple[ir.Node, ir.Node]:
+    """Seed and offset leaves for one random op; the offset advances per op.
+
+    Both are graph inputs, so a training step with dropout compiles once.
+    """
+    state = seed_of(device)
+    offset = state[1]
+    state[1] = (offset + 1) & 0xFFFFFFFF
+    return ir.scalar(state[0], device, torch.int64), ir.scalar(offset, device, torch.int64)
