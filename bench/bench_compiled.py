@@ -6,24 +6,68 @@ The compiled column is ``torch.compile(train_step, backend="xlalab")`` of the wo
 autograd) and the optimizer program, each one executable call after its guards. Every column
 times a step until its results are ready on the device, and reports the median.
 
+The ``jax.jit`` and compiled steps run interleaved, a few steps of one then a few of the other,
+so that on a shared machine both see the same load: their ratio is the figure to read. ``cpu
+ms`` is the process's CPU time per step (every thread: Python and XLA's), which other jobs move
+less than wall time.
+
     python bench/bench_compiled.py                       # all workloads
-    python bench/bench_compiled.py --workloads mlp --steps 30
+    python bench/bench_compiled.py --workloads mlp --steps 40
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import bench_step as bs  # a sibling module: bench/ is sys.path[0] when run as a script
 import jax
+import jax_reference as jr
 import torch
 
+BLOCK = 4  # steps of one column before switching to the other
 
-def bench_compiled(wl: bs.Workload, batches: list[bs.Batch], cfg: bs.Config) -> bs.Result:
+
+@dataclass
+class Column:
+    """One column's step function and what its steps measured."""
+
+    name: str
+    step: Callable[[int], object]
+    sync: Callable[[], object]
+    compile_count: Callable[[], int]  # its compiles so far (both columns compile through JAX)
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    compiles: list[int] = field(default_factory=list)
+
+    def run(self, i: int) -> None:
+        before = self.compile_count()
+        c0, t0 = time.process_time(), time.perf_counter()
+        self.step(i)
+        self.sync()
+        self.wall.append(time.perf_counter() - t0)
+        self.cpu.append(time.process_time() - c0)
+        self.compiles.append(self.compile_count() - before)
+
+
+def jax_column(wl: bs.Workload, batches: list[bs.Batch]) -> Column:
+    model = wl.make_model(0)
+    ref = jr.build_reference(model, wl.make_optimizer(model.parameters()), wl.clip)
+    jax_batches = [(jr.to_jax(x), jr.to_jax(y)) for x, y in batches]
+    jax.block_until_ready((jax_batches, ref.params, ref.opt_state))
+    def one(i: int) -> None:
+        ref.run(*jax_batches[i], i)
+
+    return Column("jax.jit", one, ref.block_until_ready, bs.jax_compile_count)
+
+
+def compiled_column(wl: bs.Workload, batches: list[bs.Batch], losses: list[torch.Tensor]) -> Column:
     import xlalab.core.xla_model as xm
     import xlalab.dynamo as dynamo
-    from xlalab.runtime import metrics
     from xlalab.testing.workloads import train_step
 
     dev = xm.xla_device()
@@ -34,54 +78,79 @@ def bench_compiled(wl: bs.Workload, batches: list[bs.Batch], cfg: bs.Config) -> 
     xm.wait_device_ops()
     dynamo.reset()  # this workload's graphs only
     step = torch.compile(train_step, backend=dynamo.backend)
-    before = metrics.COUNTERS.get("UncachedCompile", 0)
-    losses: list[torch.Tensor] = []
 
     def one(i: int) -> None:
         losses.append(step(wl, model, opt, *dev_batches[i]))
 
-    times = bs.run_steps(one, xm.wait_device_ops, len(dev_batches))
-    compiles = metrics.COUNTERS.get("UncachedCompile", 0) - before  # warm-up steps included
-    graphs = sum(f.num_graphs for f in dynamo.compiled_functions())
-    return bs.Result(
-        "compiled",
-        times.first_ms(),
-        times.steady_ms(cfg.warmup),
-        str(compiles),
-        note=f"{graphs} dynamo graphs; last loss {losses[-1].item():.4f}",
-    )
+    from xlalab.runtime import metrics
+
+    return Column("compiled", one, xm.wait_device_ops, lambda: metrics.COUNTERS.get("UncachedCompile", 0))
+
+
+def bench_interleaved(wl: bs.Workload, batches: list[bs.Batch], cfg: bs.Config) -> list[bs.Result]:
+    """The jax.jit and compiled columns, their steps interleaved in blocks."""
+    import xlalab.dynamo as dynamo
+
+    losses: list[torch.Tensor] = []
+    columns = [jax_column(wl, batches)]
+    try:
+        columns.append(compiled_column(wl, batches, losses))
+    except Exception as exc:  # a failing column is reported, the other still runs
+        failed = bs._failure("compiled", exc, cfg)
+    else:
+        failed = None
+    for i in range(1 + cfg.warmup):  # first steps: compiles, the optimizer's state appears
+        for col in columns:
+            col.run(i)
+    for start in range(1 + cfg.warmup, len(batches), BLOCK):
+        for col in columns:
+            for i in range(start, min(start + BLOCK, len(batches))):
+                col.run(i)
+
+    results = []
+    for col in columns:
+        steady = slice(1 + cfg.warmup, None)
+        cpu_ms = statistics.median(col.cpu[steady]) * 1e3
+        note = f"cpu {cpu_ms:.2f} ms/step; {sum(col.compiles[steady])} compiles in steady steps"
+        if col.name == "compiled":
+            graphs = sum(f.num_graphs for f in dynamo.compiled_functions())
+            note += f"; {graphs} dynamo graphs; last loss {losses[-1].item():.4f}"
+        wall_ms = statistics.median(col.wall[steady]) * 1e3
+        result = bs.Result(col.name, col.wall[0] * 1e3, wall_ms, str(sum(col.compiles)), note=note)
+        results.append(result)
+    if failed is not None:
+        results.append(failed)
+    return results
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default="mnist,mlp,gpt")
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--no-lazy", action="store_true", help="leave out the lazy-mode column")
     args = parser.parse_args(argv)
     cfg = bs.Config(args.steps, args.warmup, args.batch, 0, False)
     workloads = bs.import_workloads()
     xla = bs.import_xlalab()
     print(
         f"torch {torch.__version__}, jax {jax.__version__} ({jax.devices()[0].platform}), "
-        f"steps={cfg.steps} warmup={cfg.warmup}; medians of steady steps (a shared machine: compare ratios)"
+        f"steps={cfg.steps} warmup={cfg.warmup}; medians of steady steps, jax.jit and compiled "
+        "interleaved (a shared machine: compare ratios)"
     )
     print(f"{'workload':<8} {'column':<9} {'first ms':>10} {'steady ms':>10} {'compiles':>9}  note")
     for name in args.workloads.split(","):
         wl = workloads.WORKLOADS[name]
         batch = cfg.batch or wl.default_batch
         batches = [wl.make_batch(i, batch, "cpu") for i in range(cfg.steps + 1 + cfg.warmup)]
-        results = [bs.bench_jax(wl, batches, cfg)]
-        if not isinstance(xla, str):
+        results = bench_interleaved(wl, batches, cfg)
+        if not isinstance(xla, str) and not args.no_lazy:
             try:
                 ops = bs.count_aten_ops(wl, workloads.train_step, batches)
                 results.append(bs.bench_xlalab(xla, wl, workloads.train_step, batches, ops, cfg))
             except Exception as exc:  # a failing column is reported, the others still run
                 results.append(bs._failure("xlalab", exc, cfg))
-        try:
-            results.append(bench_compiled(wl, batches, cfg))
-        except Exception as exc:
-            results.append(bs._failure("compiled", exc, cfg))
         jax_ms = results[0].steady_ms
         for r in results:
             ratio = f"  {r.steady_ms / jax_ms:.2f}x jax.jit" if r.steady_ms and jax_ms else ""
