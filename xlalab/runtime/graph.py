@@ -83,24 +83,27 @@ def linearize(roots: Sequence[Node], failed_ok: bool = False) -> Graph:
     nodes of a typical graph are leaves (device data, scalar inputs).
     A failed value (``ir.ERROR``) among the nodes raises ``FailedValueError`` unless ``failed_ok``.
     """
-    index: dict[int, int] = {}
+    # Keyed by the nodes themselves: Node keeps object identity for == and hash, which a dict
+    # computes in C (cheaper than a call to id() per lookup).
+    index: dict[Node, int] = {}
     nodes: list[Node] = []
     key: list[int] = []
     error = ir.ERROR
+    position = index.__getitem__
     for root in roots:
-        if id(root) in index:
+        if root in index:
             continue
         stack = [root]
         while stack:
             n = stack[-1]
-            if id(n) in index:
+            if n in index:
                 stack.pop()
                 continue
             ready = True
             for s in n.src:
-                if id(s) not in index:
+                if s not in index:
                     if not s.src and s.op is not error:
-                        index[id(s)] = len(nodes)
+                        index[s] = len(nodes)
                         nodes.append(s)
                         key.append(s.sid)
                     else:
@@ -113,12 +116,11 @@ def linearize(roots: Sequence[Node], failed_ok: bool = False) -> Graph:
                 failed = FailedValueError(f"this tensor's value could not be computed: {n.value}")
                 failed.node_index = len(nodes)
                 raise failed from n.value
-            index[id(n)] = len(nodes)
+            index[n] = len(nodes)
             nodes.append(n)
             key.append(n.sid)
-            if n.src:
-                key.extend([index[id(s)] for s in n.src])
-    root_pos = [index[id(r)] for r in roots]
+            key.extend(map(position, n.src))
+    root_pos = [index[r] for r in roots]
     key.append(-1)  # no sid is negative: the roots follow
     key.extend(root_pos)
     key.append(roots[0].device if roots else 0)

@@ -123,6 +123,8 @@ class Node:
     ``value``    the JAX array (DATA) or Python number (SCALAR)
     ``outs``     per-output (shape, dtype) of a multi-output node
     ``frames``   where user code created it (only with IR debug on)
+
+    Nodes compare and hash by identity (no ``__eq__``/``__hash__``): graphs key dicts by them.
     """
 
     __slots__ = (
@@ -190,8 +192,26 @@ class Node:
         return f"Node({self.name}, shape={self.shape}, dtype={self.dtype})"
 
 
+_DATA_IDS: dict[tuple[Shape, torch.dtype], tuple[int, int]] = {}  # -> (hash, sid)
+
+
 def data(array: Any, shape: Shape, dtype: torch.dtype, device: int) -> Node:
-    return Node(DATA, (), None, shape, dtype, device, value=array)
+    """A device-data leaf. Built without __init__: a sync makes one per tensor it computes."""
+    ids = _DATA_IDS.get((shape, dtype))
+    if ids is None:
+        ids = _DATA_IDS[(shape, dtype)] = (hash((DATA, shape, dtype)), structural_id((DATA, shape, dtype)))
+    n = Node.__new__(Node)
+    n.op = DATA
+    n.src = ()
+    n.arg = None
+    n.shape = shape
+    n.dtype = dtype
+    n.device = device
+    n.value = array
+    n.outs = None
+    n.frames = None
+    n.hash, n.sid = ids
+    return n
 
 
 def error(exc: BaseException, shape: Shape | None, dtype: torch.dtype | None, device: int) -> Node:
