@@ -85,6 +85,7 @@ class Const:
 # holding 1 (Python's ``True == 1``), wherever templates are compared: the meta memo, the cache.
 BOOLS = {True: Const(True, None), False: Const(False, None)}
 
+
 def typed(a: Any) -> Any:
     """A static argument with its bools and floats as exact constants (lists become tuples)."""
     tp = type(a)
