@@ -24,6 +24,7 @@ from __future__ import annotations
 import sys
 import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -200,10 +201,11 @@ class Variant:
                     graph=self.ir_graph,
                 )
             )
-        if self.checks:
-            index_checks.raise_if_out_of_range(self.checks, list(outs[-len(self.checks) :]))
+        # Written inputs first: a donated input's old buffer is gone, whatever happens next.
         for root, k, shape, dtype in self.mutations:
             _write_back(args[k], ir.data(outs[root], shape, dtype, dev))
+        if self.checks:
+            index_checks.raise_if_out_of_range(self.checks, list(outs[-len(self.checks) :]))
         results: list[Any] = []
         for o in self.outputs:
             if o.kind == "root":
@@ -463,7 +465,7 @@ def _plain_program(g: graph.Graph, leaves: list[Any], scalar_array: Any, key: An
     """The runtime's own program for ``g`` (shared with lazy mode's cache), one that leaves its
     inputs alone: these inputs may be held elsewhere."""
     program = graph.CACHE.get(key)
-    if program is not None and getattr(program, "donated", ()):
+    if program is not None and getattr(program, "donated", None):
         program = graph.compile_graph(g, list(leaves), scalar_array, "dynamo_compile")
     elif program is None:
         program = graph.compile_graph(g, list(leaves), scalar_array, "dynamo_compile")
@@ -480,7 +482,9 @@ class _Donating:
     avals: list[Any]
 
 
-_DONATING: dict[Any, _Donating] = {}
+# Donating programs by graph key, least recently used first out (as the runtime's cache).
+_DONATING: OrderedDict[Any, _Donating] = OrderedDict()
+_DONATING_LIMIT = 256
 
 
 def _compile_donating(
@@ -492,6 +496,7 @@ def _compile_donating(
     hit = _DONATING.get(full_key)
     device = f"xla:{g.key[-1]}"
     if hit is not None:
+        _DONATING.move_to_end(full_key)
         graph.note_cache_hit(g, hit.program, int(g.key[-1]), "dynamo_compile")
         return hit
     fn = graph.build_function(g)
@@ -514,6 +519,8 @@ def _compile_donating(
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves]
     done = _Donating(program, executable, avals)
     _DONATING[full_key] = done
+    if len(_DONATING) > _DONATING_LIMIT:
+        _DONATING.popitem(last=False)
     return done
 
 
