@@ -90,6 +90,7 @@ class Result:
     note: str = ""
     sync_host_ms: float | None = None
     device_mib: float | None = None
+    peak_mib: float | None = None  # the step program's footprint, from XLA's memory analysis
 
 
 @dataclass(frozen=True)
@@ -228,12 +229,25 @@ def bench_jax(wl: Workload, batches: list[Batch], cfg: Config) -> Result:
     result = Result("jax.jit", times.first_ms(), times.steady_ms(cfg.warmup), str(compiles), eqns,
                     trace_s * 1e6 / eqns, "µs/op = trace time / jaxpr eqns (once)")
     result.device_mib = _live_device_mib()  # model, optimizer state and batches, after the steps
+    result.peak_mib = _program_peak_mib(ref.step_fn.lower(*args).compile())
     return result
 
 
 def _live_device_mib() -> float:
     """Bytes held in live device arrays (on CPU JAX keeps no allocator statistics)."""
     return sum(a.nbytes for a in jax.live_arrays()) / 2**20
+
+
+def _program_peak_mib(compiled: Any) -> float | None:
+    """What one run of a compiled step needs on the device at its peak, by XLA's own memory
+    analysis: its arguments and outputs (less the outputs written over donated arguments) and
+    its temporaries. Allocator statistics would say the same on GPU/TPU; CPU JAX has none."""
+    stats = compiled.memory_analysis()
+    if stats is None:
+        return None
+    total = (stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
+             + stats.temp_size_in_bytes)
+    return float(total) / 2**20
 
 
 # ------------------------------------------------------------------------------------------- xlalab
@@ -282,6 +296,9 @@ def bench_xlalab(x: Xlalab, wl: Workload, train_step: Callable[..., torch.Tensor
     synced.sync_host_ms = _cached_sync_host_ms(xm, lambda i: train_step(wl, model, opt, *dev_batches[i]),
                                                len(dev_batches))
     synced.device_mib = _live_device_mib()
+    from xlalab.runtime import graph  # the steady step's program is the most recently used one
+
+    synced.peak_mib = _program_peak_mib(graph.CACHE.values()[-1].executable)
     return synced
 
 
@@ -402,6 +419,15 @@ def print_ratios(per_workload: dict[str, list[Result]]) -> None:
         ours, theirs = by_backend.get("xlalab"), by_backend.get("jax.jit")
         a = ours.device_mib if ours else None
         b = theirs.device_mib if theirs else None
+        ratio = f"{a / b:.2f}x" if a and b else "n/a"
+        print(f"  {name:<8} xlalab {_fmt(a, '.1f')} MiB   jax.jit {_fmt(b, '.1f')} MiB   ({ratio})")
+    print("\npeak device memory of one step's program (XLA's memory analysis: arguments + outputs "
+          "- outputs written over donated arguments + temporaries):")
+    for name, results in per_workload.items():
+        by_backend = {r.backend: r for r in results}
+        ours, theirs = by_backend.get("xlalab"), by_backend.get("jax.jit")
+        a = ours.peak_mib if ours else None
+        b = theirs.peak_mib if theirs else None
         ratio = f"{a / b:.2f}x" if a and b else "n/a"
         print(f"  {name:<8} xlalab {_fmt(a, '.1f')} MiB   jax.jit {_fmt(b, '.1f')} MiB   ({ratio})")
 
