@@ -480,6 +480,35 @@ def micro_jax_trace(reps: int) -> Result:
                   note="tracing only; paid once under jit")
 
 
+class _PythonHop(torch.Tensor):
+    """The least a backend written in Python can do per op: a wrapper subclass whose
+    ``__torch_dispatch__`` unwraps, runs the eager kernel and wraps the result."""
+
+    elem: torch.Tensor
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor) -> _PythonHop:
+        t = torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device)  # type: ignore[attr-defined]
+        t.elem = elem
+        return t  # type: ignore[no-any-return]
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:  # type: ignore[override]
+        return _PythonHop(func(*[a.elem if type(a) is _PythonHop else a for a in args], **(kwargs or {})))
+
+
+def micro_python_hop(reps: int) -> Result:
+    x, y = _PythonHop(torch.randn(16, 16)), _PythonHop(torch.randn(16, 16))
+    samples = []
+    for _ in range(reps + 1):
+        t0 = time.perf_counter()
+        _chain(x, y)
+        samples.append(time.perf_counter() - t0)
+    return Result("python hop", us_per_op=_median_us_per_op(samples[1:]),
+                  note="eager + a no-op Python __torch_dispatch__: the floor of a Python backend")
+
+
 def micro_xlalab(x: Xlalab, reps: int) -> Result:
     xm = x.xm
     dev = xm.xla_device()
@@ -508,6 +537,7 @@ def run_micro(xla: Xlalab | str, cfg: Config) -> None:
         ("eager torch", lambda: micro_eager(cfg.micro_reps)),
         ("jax op-by-op", lambda: micro_jax_op_by_op(cfg.micro_reps)),
         ("jax.jit trace", lambda: micro_jax_trace(cfg.micro_reps)),
+        ("python hop", lambda: micro_python_hop(cfg.micro_reps)),
     ):
         try:
             rows.append(run())
