@@ -30,6 +30,7 @@ def _compiler(label: str, part: str) -> Callable[[fx.GraphModule, list[Any]], Ca
 def backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
     """A dynamo backend: ``torch.compile(fn, backend=xlalab.dynamo.backend)`` or ``backend="xlalab"``."""
     from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     integration.install()
     label = report.note_dynamo_graph(gm)
@@ -37,6 +38,11 @@ def backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Cal
     # graph: the program writes them back itself, instead of AOTAutograd copying each one into
     # its input after the call (a dispatch per parameter and state tensor, every step).
     kwargs.setdefault("keep_inference_input_mutations", True)
+    # The forward saves for backward only what is costly to recompute (as inductor's partition
+    # does); cheap elementwise ops and transposes are redone in the backward program. Fewer
+    # saved tensors: fewer outputs for the forward to write and the wrappers to pass along.
+    # Random ops are never recomputed, so a dropout mask is the forward's.
+    kwargs.setdefault("partition_fn", min_cut_rematerialization_partition)
     aot = aot_autograd(
         fw_compiler=_compiler(label, "forward"), bw_compiler=_compiler(label, "backward"), **kwargs
     )
