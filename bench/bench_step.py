@@ -413,21 +413,19 @@ def print_ratios(per_workload: dict[str, list[Result]]) -> None:
     for name, results in per_workload.items():
         xla = next((r for r in results if r.backend == "xlalab"), None)
         print(f"  {name:<8} {_fmt(xla.sync_host_ms if xla else None, '.2f')} ms")
-    print("\ndevice memory held after the steps (live arrays: model, optimizer state, batches):")
+    _print_memory("device memory held after the steps (live arrays: model, optimizer state, batches)",
+                  per_workload, "device_mib")
+    _print_memory("peak device memory of one step's program (XLA's memory analysis: arguments + outputs "
+                  "- outputs written over donated arguments + temporaries)", per_workload, "peak_mib")
+
+
+def _print_memory(title: str, per_workload: dict[str, list[Result]], field: str) -> None:
+    print(f"\n{title}:")
     for name, results in per_workload.items():
         by_backend = {r.backend: r for r in results}
         ours, theirs = by_backend.get("xlalab"), by_backend.get("jax.jit")
-        a = ours.device_mib if ours else None
-        b = theirs.device_mib if theirs else None
-        ratio = f"{a / b:.2f}x" if a and b else "n/a"
-        print(f"  {name:<8} xlalab {_fmt(a, '.1f')} MiB   jax.jit {_fmt(b, '.1f')} MiB   ({ratio})")
-    print("\npeak device memory of one step's program (XLA's memory analysis: arguments + outputs "
-          "- outputs written over donated arguments + temporaries):")
-    for name, results in per_workload.items():
-        by_backend = {r.backend: r for r in results}
-        ours, theirs = by_backend.get("xlalab"), by_backend.get("jax.jit")
-        a = ours.peak_mib if ours else None
-        b = theirs.peak_mib if theirs else None
+        a = getattr(ours, field) if ours else None
+        b = getattr(theirs, field) if theirs else None
         ratio = f"{a / b:.2f}x" if a and b else "n/a"
         print(f"  {name:<8} xlalab {_fmt(a, '.1f')} MiB   jax.jit {_fmt(b, '.1f')} MiB   ({ratio})")
 

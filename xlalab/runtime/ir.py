@@ -193,26 +193,32 @@ class Node:
         return f"Node({self.name}, shape={self.shape}, dtype={self.dtype})"
 
 
-_DATA_IDS: dict[tuple[Shape, torch.dtype], tuple[int, int]] = {}  # -> (hash, sid)
+# Leaf identities by (kind, shape, dtype): a sync makes a data leaf per tensor it computes and
+# recording a scalar leaf per float argument, so these are built without Node.__init__.
+_LEAF_IDS: dict[tuple[str, Shape, torch.dtype], tuple[int, int]] = {}  # -> (hash, sid)
 
 
-def data(array: Any, shape: Shape, dtype: torch.dtype, device: int) -> Node:
-    """A device-data leaf. Built without __init__: a sync makes one per tensor it computes."""
-    ids = _DATA_IDS.get((shape, dtype))
+def _leaf(op: str, value: Any, shape: Shape, dtype: torch.dtype, device: int) -> Node:
+    ids = _LEAF_IDS.get((op, shape, dtype))
     if ids is None:
-        ids = _DATA_IDS[(shape, dtype)] = (hash((DATA, shape, dtype)), structural_id((DATA, shape, dtype)))
+        ids = _LEAF_IDS[(op, shape, dtype)] = (hash((op, shape, dtype)), structural_id((op, shape, dtype)))
     n = Node.__new__(Node)
-    n.op = DATA
+    n.op = op
     n.src = ()
     n.arg = None
     n.shape = shape
     n.dtype = dtype
     n.device = device
-    n.value = array
+    n.value = value
     n.outs = None
     n.frames = None
     n.hash, n.sid = ids
     return n
+
+
+def data(array: Any, shape: Shape, dtype: torch.dtype, device: int) -> Node:
+    """A device-data leaf."""
+    return _leaf(DATA, array, shape, dtype, device)
 
 
 def error(exc: BaseException, shape: Shape | None, dtype: torch.dtype | None, device: int) -> Node:
@@ -220,31 +226,9 @@ def error(exc: BaseException, shape: Shape | None, dtype: torch.dtype | None, de
     return Node(ERROR, (), None, shape, dtype, device, value=exc)
 
 
-_SCALAR_HASH = {
-    torch.float64: hash((SCALAR, (), torch.float64)),
-    torch.int64: hash((SCALAR, (), torch.int64)),
-}
-_SCALAR_SID = {
-    torch.float64: structural_id((SCALAR, (), torch.float64)),
-    torch.int64: structural_id((SCALAR, (), torch.int64)),
-}
-
-
 def scalar(value: float, device: int, dtype: torch.dtype = torch.float64) -> Node:
-    """A scalar graph input (fed at run time). Built without __init__: one per float argument."""
-    n = Node.__new__(Node)
-    n.op = SCALAR
-    n.src = ()
-    n.arg = None
-    n.shape = ()
-    n.dtype = dtype
-    n.device = device
-    n.value = value
-    n.outs = None
-    n.frames = None
-    n.hash = _SCALAR_HASH[dtype]
-    n.sid = _SCALAR_SID[dtype]
-    return n
+    """A scalar graph input (fed at run time)."""
+    return _leaf(SCALAR, value, (), dtype, device)
 
 
 def item(multi: Node, i: int) -> Node:
