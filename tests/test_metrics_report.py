@@ -678,3 +678,16 @@ def test_registry_imports_only_stdlib() -> None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             roots.add(node.module.split(".")[0])
     assert roots <= set(sys.stdlib_module_names)
+
+
+def test_a_view_counts_once_as_its_op(dev: Any) -> None:
+    import torch
+
+    import xlalab
+
+    x = torch.ones(2, 3, device=dev)
+    xlalab.mark_step()
+    met.clear_counters()
+    x.t()
+    x.view(3, 2)
+    assert met.counter_value("xla::t") == 1 and met.counter_value("xla::view") == 1

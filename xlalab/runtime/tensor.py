@@ -682,8 +682,7 @@ def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
         # Keyword arguments of view ops are rare; normalise them to positions.
         return _lowered(func, args, kwargs)
     parent = value(base)
-    node = _view_node(func, parent, tpl)
-    metrics.count(info(func).counter)
+    node = _view_node(func, parent, tpl)  # counted as xla::<op> where it is recorded
     t = wrap(node, base._st, (*base._chain, (func, tpl)), _view_layout(func, parent, base._layout, tpl))
     t._vcache = (base._st.node, node)
     return t
