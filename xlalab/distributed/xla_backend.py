@@ -90,10 +90,13 @@ class WorkXla(dist.distributed_c10d.Work):
         return future
 
 
-def _not_provided(what: str, instead: str) -> NotImplementedError:
+_ONE_SIDED = "every replica runs the same compiled program, so there are no one-sided transfers"
+_ROOTED = "XLA's collectives give every replica the same kind of result"
+
+
+def _not_provided(what: str, instead: str, why: str = _ONE_SIDED) -> NotImplementedError:
     return NotImplementedError(
-        f"torch.distributed.{what} has no counterpart in the xla backend (every replica runs the same "
-        f"compiled program, so there are no one-sided transfers): {instead}"
+        f"torch.distributed.{what} has no counterpart in the xla backend ({why}): {instead}"
     )
 
 
@@ -237,13 +240,13 @@ class ProcessGroupXla(dist.ProcessGroup):
 
     # ---- what has no counterpart
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> WorkXla:  # type: ignore[override]
-        raise _not_provided("reduce", "use dist.all_reduce (every rank gets the result)")
+        raise _not_provided("reduce", "use dist.all_reduce (every rank gets the result)", _ROOTED)
 
     def gather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> WorkXla:  # type: ignore[override]
-        raise _not_provided("gather", "use dist.all_gather (every rank gets the list)")
+        raise _not_provided("gather", "use dist.all_gather (every rank gets the list)", _ROOTED)
 
     def scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> WorkXla:  # type: ignore[override]
-        raise _not_provided("scatter", "broadcast the whole tensor and take this rank's slice")
+        raise _not_provided("scatter", "broadcast the whole tensor and take this rank's slice", _ROOTED)
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> WorkXla:
         raise _not_provided("send", "use xm.collective_permute(value, pairs), called by every replica")
