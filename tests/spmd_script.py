@@ -312,6 +312,59 @@ try:
 except TypeError as e:
     errors["loader_type"] = str(e)
 
+# torch.compile: the dynamo graphs compile with the inputs' shardings.
+def compiled_train(steps: int) -> tuple[list[float], torch.nn.Module, int]:
+    model = mlp().to("xla")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = X.to("xla"), Y.to("xla")
+    shard_2d(model, x, y)
+
+    @torch.compile(backend="openxla")
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    losses, compiles = [], 0
+    for i in range(steps):
+        before = metrics.counter_value("UncachedCompile")
+        losses.append(step(x, y).item())
+        if i >= 2:
+            compiles += metrics.counter_value("UncachedCompile") - before
+    return losses, model, compiles
+
+
+graph.CACHE.clear()
+out["compiled_losses"], compiled_model, out["compiled_late_compiles"] = compiled_train(4)
+out["compiled_w_spec"] = xs.get_sharding_spec(compiled_model[0].weight)
+# The programs take the marked layouts as inputs: some program's input is the (32, 16) weight
+# split 4 ways on rows, and the partitioner inserted collectives for the addmm.
+out["compiled_input_specs"] = sorted({
+    str(s.spec) for p in graph.CACHE.values() for s in p.executable.input_shardings[0][0]
+    if hasattr(s, "spec")
+})  # fmt: skip
+out["compiled_collectives"] = sorted({c.kind for p in graph.CACHE.values() for c in program_collectives(p)})
+cw, cx = torch.randn(32, 16), torch.randn(16, 16)
+xcw, xcx = cw.to("xla"), cx.to("xla")
+xs.mark_sharding(xcw, mesh, ("model", None))
+
+
+def mark_inside(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    h = x @ w.T
+    xs.mark_sharding(h, mesh, ("data", "model"))
+    return torch.relu(h).sum(0) * 2
+
+
+try:  # first: dynamo keeps the frame's graphs, a later fullgraph compile would reuse them
+    torch.compile(mark_inside, backend="openxla", fullgraph=True)(xcx, xcw)
+except Exception as e:
+    errors["compiled_fullgraph"] = str(e)
+expected = torch.relu(cx @ cw.T).sum(0) * 2
+out["mark_inside_close"] = bool(torch.allclose(torch.compile(mark_inside, backend="openxla")(xcx, xcw).cpu(),
+                                               expected, atol=1e-4))  # fmt: skip
+
 # Mistakes name the fix.
 try:
     xs.mark_sharding(torch.zeros(4, 4, device="xla"), mesh, ("data",))

@@ -181,6 +181,23 @@ def test_parallel_loader_input_sharding_shards_each_batch(report: dict[str, Any]
     assert "got a tuple" in errors["loader_type"] and "xs.ShardingSpec(mesh" in errors["loader_type"]
 
 
+def test_torch_compile_trains_with_the_inputs_shardings(report: dict[str, Any]) -> None:
+    np.testing.assert_allclose(report["compiled_losses"][:3], report["cpu_losses"], rtol=1e-5)
+    assert report["compiled_late_compiles"] == 0  # later steps reuse the programs
+    # The parameter the compiled optimizer updates in place keeps its sharding.
+    assert report["compiled_w_spec"] == "{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}"
+    assert "P('model', None)" in report["compiled_input_specs"], report["compiled_input_specs"]
+    assert "P('data', None)" in report["compiled_input_specs"]
+    assert "all-reduce" in report["compiled_collectives"]
+
+
+def test_mark_sharding_inside_a_compiled_function(report: dict[str, Any]) -> None:
+    # Dynamo runs mark_sharding between two graphs; the value is re-laid out there.
+    assert report["mark_inside_close"]
+    assert "P('data', 'model')" in report["compiled_input_specs"]  # the second graph's input
+    assert "mark_sharding" in report["errors"]["compiled_fullgraph"]
+
+
 def test_mistakes_name_the_fix(report: dict[str, Any]) -> None:
     errors = report["errors"]
     assert "one entry per dimension" in errors["spec_length"]

@@ -147,6 +147,7 @@ class Variant:
     donated: list[int] = field(default_factory=list)  # argument indices whose buffers it donates
     kept: list[int] = field(default_factory=list)  # the other arguments read from the device
     plain: Callable[[], Any] | None = None  # makes ``program`` when it was not compiled up front
+    spmd_inputs: Any = None  # SPMD mode: the shardings ``program`` takes its inputs in
 
     def __post_init__(self) -> None:
         if not self.rng:
@@ -183,6 +184,8 @@ class Variant:
         else:
             if self.program is None:
                 self.program = self.plain()  # type: ignore[misc]
+            if self.spmd_inputs is not None:
+                datas, scalars = sharding.fit_inputs(datas, scalars, self.spmd_inputs)
             outs = self.program(datas, scalars)
         del datas  # a donated buffer is gone: drop the list that held it
         if config.get("XLA_SYNC_WAIT"):
@@ -324,6 +327,7 @@ def _cut_reason(ev: events.Event) -> str | None:
 def trace(gm: fx.GraphModule, args: Sequence[Any], dev: int, name: str) -> Variant:
     """Run ``gm`` once on placeholders over ``args``' values and compile what it recorded."""
     placeholders = [_placeholder(a, dev) for a in args]
+    sharding.carry_annotations(args, placeholders)
     originals = [p._st.node if isinstance(p, XlaTensor) else None for p in placeholders]
     cuts: list[str] = []
 
@@ -429,7 +433,10 @@ def _compile(
                     rng.append((scalar_pos[id(n.src[seed_slot.i])], scalar_pos[id(n.src[offset_slot.i])]))
     jdev = backend.jax_device(dev)
     scalar_array = jax.device_put(np.asarray(scalars, np.float64), jdev)
-    key = (g.key, graph._trace_settings())
+    key: tuple[Any, ...] = (g.key, graph._trace_settings())
+    leaves, scalar_array, spmd_key = sharding.compiled_graph_inputs(g, leaves, scalar_array)
+    if spmd_key is not None:
+        key = (*key, spmd_key)  # lazy mode's key for an SPMD program: the two share it
     # Inputs the graph writes to (an optimizer's parameters and state) are donated: XLA then
     # updates them in place. Not in SPMD mode, whose programs pin shardings of their own.
     written = {k for _, k, _, _ in mutations}
@@ -451,6 +458,7 @@ def _compile(
             n.value = None
     report.note_program(name, g, donating.program if donating is not None else program)
     variant = Variant(program, g, dev, leaves, inputs, scalars, rng, outputs, mutations)
+    _spmd_variant(variant)
     if donating is not None:
         # The non-donating program, for a call whose written input is shared, compiles then.
         shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in donating.avals]
@@ -524,6 +532,17 @@ def _compile_donating(
     return done
 
 
+def _spmd_variant(variant: Variant) -> None:
+    """In SPMD mode, note the shardings the variant's program takes its inputs in (each call
+    lays its arguments out so) and lay the fixed scalars out so once."""
+    program = variant.program
+    if program is None or not hasattr(program, "executable"):
+        return
+    variant.spmd_inputs = sharding.program_input_shardings(program.executable)
+    if variant.spmd_inputs is not None and variant.fixed_scalars is not None:
+        variant.fixed_scalars = jax.device_put(variant.fixed_scalars, variant.spmd_inputs[1])
+
+
 class _NoProgram:
     graph_hash = 0
 
@@ -558,7 +577,10 @@ class CompiledGraph:
             return list(out) if isinstance(out, (tuple, list)) else [out]
         if self.lazy_reason is not None:
             return self._lazy(args)
-        key = () if self.static else _key(args)
+        key: tuple[Any, ...] = () if self.static else _key(args)
+        spmd_key = sharding.arguments_key(args)  # SPMD mode: one program per input layout
+        if spmd_key is not None:
+            key = (key, spmd_key)
         variant = self.variants.get(key)
         if variant is None:
             try:
@@ -574,7 +596,7 @@ class CompiledGraph:
                 report.note_lazy(self.name, str(e))
                 return self._lazy(args)
             self.variants[key] = variant
-            if self.static:
+            if self.static and spmd_key is None:
                 self._only = variant
         return variant.run(args, self.name)
 

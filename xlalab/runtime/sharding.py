@@ -339,3 +339,67 @@ def jit_options(graph: Graph) -> dict[str, Any]:
     others)."""
     outs = out_shardings(graph)
     return {} if outs is None else {"out_shardings": outs}
+
+
+# --------------------------------------------------------------------------- compiled graphs
+# torch.compile's programs (xlalab/dynamo) take their inputs per call instead of from the graph's
+# leaves; these helpers give them the same layouts as a lazy program.
+
+
+def compiled_graph_inputs(graph: Graph, datas: list[Any], scalars: Any) -> tuple[list[Any], Any, Any]:
+    """For compiling a torch.compile graph: the leaves and scalars laid out over the program's
+    mesh (as ``place_inputs``), and what the cache key must add (None outside SPMD mode)."""
+    if not _enabled[0]:
+        return datas, scalars, None
+    datas, scalars = place_inputs(graph, datas, scalars)
+    return datas, scalars, cache_key(graph, datas)
+
+
+def program_input_shardings(executable: Any) -> tuple[list[Any], Any] | None:
+    """In SPMD mode, the shardings a compiled ``fn(datas, scalars)`` program takes its data
+    leaves and scalars in (None outside SPMD mode)."""
+    if not _enabled[0]:
+        return None
+    args, _ = executable.input_shardings
+    return list(args[0]), args[1]
+
+
+def fit_inputs(datas: list[Any], scalars: Any, expected: tuple[list[Any], Any]) -> tuple[list[Any], Any]:
+    """A compiled graph's per-call inputs laid out as its program takes them: an argument on one
+    device (unsharded) is replicated, one sharded otherwise since the compile is re-laid out
+    (a compiled XLA program refuses inputs in other layouts)."""
+    shardings, scalar_sharding = expected
+    fitted = [
+        a if a is None or getattr(a, "sharding", None) == s else jax.device_put(a, s)
+        for a, s in zip(datas, shardings)
+    ]
+    if getattr(scalars, "sharding", None) != scalar_sharding:
+        scalars = jax.device_put(scalars, scalar_sharding)
+    return fitted, scalars
+
+
+def arguments_key(args: Sequence[Any]) -> tuple[Any, ...] | None:
+    """In SPMD mode, the shardings of a compiled graph's arguments that hold device data (a
+    graph compiles once per layout of its inputs); None outside SPMD mode."""
+    if not _enabled[0]:
+        return None
+    key = []
+    for a in args:
+        st = getattr(a, "_st", None)
+        node = getattr(st, "node", None)
+        key.append(getattr(node.value, "sharding", None) if node is not None and node.op is ir.DATA else None)
+    return tuple(key)
+
+
+def carry_annotations(args: Sequence[Any], placeholders: Sequence[Any]) -> None:
+    """Give each placeholder a compiled graph traces over its argument's sharding annotation,
+    so an argument the graph updates in place (a parameter, optimizer state) comes out of the
+    program with its sharding pinned, as in lazy mode."""
+    if not _enabled[0] or not _annotations:
+        return
+    for a, p in zip(args, placeholders):
+        st, pst = getattr(a, "_st", None), getattr(p, "_st", None)
+        if st is not None and pst is not None:
+            spec = _annotations.get(st)
+            if spec is not None:
+                _annotations[pst] = spec
