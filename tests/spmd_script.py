@@ -24,7 +24,7 @@ import torch_xla.runtime as xr  # noqa: E402
 from torch_xla.distributed.spmd.debugging import visualize_tensor_sharding  # noqa: E402
 
 from xlalab.distributed.spmd.collectives import program_collectives, reshards  # noqa: E402
-from xlalab.runtime import config, graph, metrics  # noqa: E402
+from xlalab.runtime import config, graph, metrics, sharding, tensor  # noqa: E402
 
 out: dict[str, Any] = {}
 errors: dict[str, str] = {}
@@ -364,6 +364,26 @@ except Exception as e:
 expected = torch.relu(cx @ cw.T).sum(0) * 2
 out["mark_inside_close"] = bool(torch.allclose(torch.compile(mark_inside, backend="openxla")(xcx, xcw).cpu(),
                                                expected, atol=1e-4))  # fmt: skip
+
+# Op by op (the OPBYOP modes' runner): each node's program compiled for its operands' shardings.
+opm = mlp().to("xla")
+ox, oy = X.to("xla"), Y.to("xla")
+shard_2d(opm, ox, oy)
+ob = torch.randn(32).to("xla")  # unsharded: replicated over the mesh as for the fused program
+oh = opm[0](ox) + ob
+xs.mark_sharding(oh, mesh, ("data", "model"))
+oloss = torch.nn.functional.mse_loss(opm[2](torch.relu(oh) * 2.5), oy)
+oloss.backward()
+watched = [oloss, oh, *[p.grad for p in opm.parameters()]]
+op_graph = graph.linearize([tensor.value(t) for t in watched])
+stepped = sharding.run_op_by_op(op_graph, 0)
+out["op_by_op_h_spec"] = str(stepped[1].sharding.spec)
+out["op_by_op_close"] = all(
+    np.allclose(np.asarray(a), t.detach().cpu().numpy(), atol=1e-5) for a, t in zip(stepped, watched)
+)
+before_ops = len(sharding._OP_CACHE)
+sharding.run_op_by_op(op_graph, 0)
+out["op_by_op_new_compiles"] = len(sharding._OP_CACHE) - before_ops
 
 # Mistakes name the fix.
 try:

@@ -198,6 +198,13 @@ def test_mark_sharding_inside_a_compiled_function(report: dict[str, Any]) -> Non
     assert "mark_sharding" in report["errors"]["compiled_fullgraph"]
 
 
+def test_op_by_op_runs_each_node_over_the_mesh(report: dict[str, Any]) -> None:
+    # Loss, the constrained activation and every gradient equal the fused program's.
+    assert report["op_by_op_close"]
+    assert report["op_by_op_h_spec"] == "P('data', 'model')"  # the constraint node's layout
+    assert report["op_by_op_new_compiles"] == 0  # a second run reuses each node's program
+
+
 def test_mistakes_name_the_fix(report: dict[str, Any]) -> None:
     errors = report["errors"]
     assert "one entry per dimension" in errors["spec_length"]

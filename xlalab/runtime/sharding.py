@@ -403,3 +403,56 @@ def carry_annotations(args: Sequence[Any], placeholders: Sequence[Any]) -> None:
             spec = _annotations.get(st)
             if spec is not None:
                 _annotations[pst] = spec
+
+
+# --------------------------------------------------------------------------- op by op
+# The OPBYOP modes (XLA_USE_EAGER_DEBUG_MODE, XLA_SYNC_TENSORS_OPBYOP, XLA_GET_TENSORS_OPBYOP) and
+# the debugger's stepper run each node as its own small program. In SPMD mode each of those is
+# compiled for its operands' shardings, so the partitioner splits every op as it would inside the
+# fused program (a constraint node re-lays its value out).
+
+# Per-node executables of SPMD runs: the node's signature plus its operands' layouts.
+_OP_CACHE: dict[Any, Any] = {}
+
+
+def op_by_op_target(graph: Graph, device: int) -> Any:
+    """Where a per-node run puts its scalars (``graph.run_node``'s ``dev``): the device, or in
+    SPMD mode the program's mesh, replicated, once the graph's unsharded data leaves are
+    replicated over it as for the fused program."""
+    if not _enabled[0]:
+        return backend.jax_device(device)
+    leaves = [n for n in graph.nodes if n.op is ir.DATA]
+    datas, _ = place_inputs(graph, [n.value for n in leaves], np.zeros(0))
+    for n, a in zip(leaves, datas):
+        n.value = a
+    return NamedSharding(_program_mesh(graph, datas, root_specs(graph)), PartitionSpec())
+
+
+def node_settings(settings: tuple[Any, ...], instr: tuple[Any, ...], env: Sequence[Any]) -> tuple[Any, ...]:
+    """``graph.run_node``'s ``settings`` for one node: in SPMD mode its operands' shardings are
+    added, so its small program is compiled once per layout of its operands (a compiled program
+    refuses operands laid out otherwise)."""
+    if not _enabled[0] or instr[0] != "op":
+        return settings
+    return (*settings, tuple(getattr(env[i], "sharding", None) for i in instr[6]))
+
+
+def run_op_by_op(graph: Graph, device: int) -> list[Any]:
+    """In SPMD mode, ``graph``'s roots computed one node at a time, each node's program compiled
+    for its operands' shardings (what ``graph.run_op_by_op`` does on one device); roots that are
+    a sharded storage's new value come out with its annotation, as from the fused program."""
+    from . import graph as graph_module  # graph imports this module
+
+    instrs, roots, _, _ = graph_module._instructions(graph)
+    target = op_by_op_target(graph, device)
+    settings = graph_module._trace_settings()
+    env: list[Any] = []
+    for instr, node in zip(instrs, graph.nodes):
+        env.append(
+            graph_module.run_node(instr, node, env, target, node_settings(settings, instr, env), _OP_CACHE)
+        )
+    outs = [env[i] for i in roots]
+    for k, spec in enumerate(root_specs(graph)):
+        if spec is not None:
+            outs[k] = place(outs[k], spec)
+    return outs
