@@ -385,6 +385,20 @@ before_ops = len(sharding._OP_CACHE)
 sharding.run_op_by_op(op_graph, 0)
 out["op_by_op_new_compiles"] = len(sharding._OP_CACHE) - before_ops
 
+# xm.send_cpu_data_to_device(input_sharding=...): moved and laid out across the mesh.
+import torch_xla.core.xla_model as xm  # noqa: E402
+
+sent_x, sent_y = torch.randn(8, 16), torch.randn(8, 8)
+sent = xm.send_cpu_data_to_device({"x": sent_x, "y": sent_y}, "xla", input_sharding=by_key)
+out["sent_specs"] = [xs.get_sharding_spec(sent[k]) for k in ("x", "y")]
+out["sent_equal"] = torch.equal(sent["x"].cpu(), sent_x) and torch.equal(sent["y"].cpu(), sent_y)
+(sent_one,) = xm.send_cpu_data_to_device(sent_x, "xla", input_sharding=data_spec)
+out["sent_one_spec"] = xs.get_sharding_spec(sent_one)
+try:
+    xm.send_cpu_data_to_device(sent_x, "xla", input_sharding=("data", None))
+except TypeError as e:
+    errors["sent_type"] = str(e)
+
 # Mistakes name the fix.
 try:
     xs.mark_sharding(torch.zeros(4, 4, device="xla"), mesh, ("data",))

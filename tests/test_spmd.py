@@ -205,6 +205,13 @@ def test_op_by_op_runs_each_node_over_the_mesh(report: dict[str, Any]) -> None:
     assert report["op_by_op_new_compiles"] == 0  # a second run reuses each node's program
 
 
+def test_send_cpu_data_to_device_shards_with_input_sharding(report: dict[str, Any]) -> None:
+    assert report["sent_specs"] == report["loader_dict_specs"][0]  # as MpDeviceLoader lays them out
+    assert report["sent_equal"]
+    assert report["sent_one_spec"] == report["loader_spec"][0]
+    assert "xs.ShardingSpec(mesh" in report["errors"]["sent_type"]
+
+
 def test_mistakes_name_the_fix(report: dict[str, Any]) -> None:
     errors = report["errors"]
     assert "one entry per dimension" in errors["spec_length"]

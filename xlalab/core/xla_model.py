@@ -327,14 +327,14 @@ def send_cpu_data_to_device(data: Any, device: Any, input_sharding: Any = None) 
     As in torch_xla, a lone tensor comes back as a list of one tensor; each moved tensor keeps
     its ``requires_grad``. Moves go straight to device data: safe from a background thread
     (ParallelLoader) while replicas record, since nothing becomes pending IR.
+
+    In SPMD mode ``input_sharding`` (a ``ShardingSpec`` for every tensor, or a dict of them keyed
+    like a dict ``data``) lays the moved tensors out across the mesh, as ``MpDeviceLoader`` does.
     """
+    from ..distributed.parallel_loader import _check_input_sharding, _shard_batch
     from ..runtime.tensor import to_device_node, wrap
 
-    if input_sharding is not None:
-        raise NotImplementedError(
-            "send_cpu_data_to_device(input_sharding=...) is not supported: move the data, then shard "
-            "it with torch_xla.distributed.spmd.mark_sharding (docs/spmd.md)"
-        )
+    input_sharding = _check_input_sharding(input_sharding)
     index = torch.device(device).index or 0
 
     def move(x: Any) -> Any:
@@ -353,7 +353,8 @@ def send_cpu_data_to_device(data: Any, device: Any, input_sharding: Any = None) 
 
     if type(data) is torch.Tensor:
         data = [data]
-    return move(data)
+    moved = move(data)
+    return moved if input_sharding is None else _shard_batch(moved, input_sharding)
 
 
 # --------------------------------------------------------------------------- more collectives
