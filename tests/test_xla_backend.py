@@ -47,6 +47,17 @@ PROGRAM = textwrap.dedent(
         a2a = torch.zeros(world * 2, device=device)
         dist.all_to_all_single(a2a, big); out["all_to_all_single"] = a2a
         dist.barrier()
+        r = t.clone(); dist.reduce(r, dst=world - 1); out["reduce"] = r
+        pieces = [torch.zeros(4, device=device) for _ in range(world)] if rank == 0 else None
+        dist.gather(t, pieces, dst=0)
+        # (Stacked on the host: a rank-only op on the device would make the replicas' next
+        # step programs differ.)
+        out["gather"] = torch.stack([p.cpu() for p in pieces]) if rank == 0 else torch.zeros(world, 4)
+        mine = torch.zeros(3, device=device)
+        given = [torch.full((3,), 10.0 * i).to(device) for i in range(world)] if rank == 1 else None
+        dist.scatter(mine, given, src=1); out["scatter"] = mine
+        every = dist.new_group()
+        e = t.clone(); dist.all_reduce(e, group=every); out["all_reduce_new_group"] = e
 
         torch.manual_seed(rank)  # different weights on each rank: DDP starts all from rank 0's
         model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3)).to(device)
@@ -101,7 +112,8 @@ PROGRAM = textwrap.dedent(
         report = program(dist.get_rank(), dist.get_world_size(), xm.xla_device(), xm.mark_step)
         t = torch.ones(2, device=xm.xla_device())
         report["send"] = refused(lambda: dist.send(t, dst=(dist.get_rank() + 1) % dist.get_world_size()))
-        report["gather"] = refused(lambda: dist.gather(t, [torch.zeros_like(t)] * 2 if index == 0 else None))
+        report["recv"] = refused(lambda: dist.recv(t, src=(dist.get_rank() + 1) % dist.get_world_size()))
+        report["sub_group"] = refused(lambda: torch_xla.distributed.xla_backend.new_xla_process_group([0]))
         dist.destroy_process_group()
         return report
 
@@ -166,6 +178,9 @@ COLLECTIVES = (
     "reduce_scatter_tensor",
     "broadcast",
     "all_to_all_single",
+    "gather",
+    "scatter",
+    "all_reduce_new_group",
 )
 
 
@@ -180,6 +195,15 @@ def test_collective_equals_gloo(runs: dict, name: str) -> None:
     for rank in range(WORLD):
         expected = runs["gloo"]["replicas"][rank][name]
         assert runs["xla"]["replicas"][rank][name] == expected, (rank, name)
+
+
+def test_reduce_gives_the_root_gloo_result_and_leaves_the_others(runs: dict) -> None:
+    root = WORLD - 1
+    assert runs["xla"]["replicas"][root]["reduce"] == runs["gloo"]["replicas"][root]["reduce"]
+    # torch leaves the other ranks' tensors unspecified (gloo writes partial sums there);
+    # torch_xla's backend, and this one, leave them as they were.
+    for rank in range(root):
+        assert runs["xla"]["replicas"][rank]["reduce"] == [float(rank + i) for i in range(4)]
 
 
 def test_ddp_training_equals_gloo(runs: dict) -> None:
@@ -205,7 +229,8 @@ def test_no_counterpart_names_what_to_use(runs: dict) -> None:
     for report in runs["xla"]["replicas"]:
         assert "xm.collective_permute" in report["send"]
         assert "torch.distributed.send" in report["send"]
-        assert "dist.all_gather" in report["gather"]
+        assert "xm.collective_permute" in report["recv"]
+        assert "new_xla_process_group(ranks=[0])" in report["sub_group"]
 
 
 def test_threads_that_are_not_replicas_keep_their_own_torch_distributed(runs: dict) -> None:

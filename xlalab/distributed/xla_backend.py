@@ -37,6 +37,7 @@ from torch._C._distributed_c10d import ReduceOp
 
 from ..core import xla_model as xm
 from ..runtime import replicated
+from ..runtime.tensor import XlaTensor, assign, to_device_node
 
 # ``torch.distributed.rendezvous`` is also a function's name in ``torch.distributed``.
 rendezvous_module = importlib.import_module("torch.distributed.rendezvous")
@@ -98,6 +99,16 @@ def _not_provided(what: str, instead: str, why: str = _ONE_SIDED) -> NotImplemen
     return NotImplementedError(
         f"torch.distributed.{what} has no counterpart in the xla backend ({why}): {instead}"
     )
+
+
+def _set_from_host(t: torch.Tensor, host: torch.Tensor) -> None:
+    """Write a host value into ``t``. An xla tensor becomes device data, not a pending copy:
+    pending work on some replicas only would make the replicas' next step programs differ."""
+    if not isinstance(t, XlaTensor):
+        with torch.no_grad():
+            t.copy_(host)
+        return
+    assign(t, to_device_node(host.to(t.dtype).reshape(t.shape), t.device.index or 0))
 
 
 class ProcessGroupXla(dist.ProcessGroup):
@@ -239,14 +250,44 @@ class ProcessGroupXla(dist.ProcessGroup):
         return WorkXla([])
 
     # ---- what has no counterpart
+    # ---- rooted collectives: as in torch_xla, every replica runs the whole collective and
+    # reads its result (the replicas' programs must be the same: only the collective's own
+    # graph runs, whatever else each replica has pending); then only the root keeps it.
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> WorkXla:  # type: ignore[override]
-        raise _not_provided("reduce", "use dist.all_reduce (every rank gets the result)", _ROOTED)
+        op = getattr(opts, "reduceOp", ReduceOp.SUM) if opts is not None else ReduceOp.SUM
+        reduce_type, scale = _reduce_type(op, self._world())
+        results = [xm.all_reduce(reduce_type, t, scale=scale).cpu() for t in tensors]
+        root = xm.get_ordinal() == getattr(opts, "rootRank", 0)
+        for t, result in zip(tensors, results):
+            # The others keep their values, as device data too: the replicas stay alike.
+            _set_from_host(t, result if root else t.cpu())
+        return WorkXla(tensors)
 
-    def gather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> WorkXla:  # type: ignore[override]
-        raise _not_provided("gather", "use dist.all_gather (every rank gets the list)", _ROOTED)
+    def gather(  # type: ignore[override]
+        self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any = None
+    ) -> WorkXla:
+        gathered = [xm.all_gather(t.reshape(1, -1), dim=0).cpu() for t in input_tensors]
+        if xm.get_ordinal() != getattr(opts, "rootRank", 0):
+            return WorkXla([])
+        for outputs, rows in zip(output_tensors, gathered):
+            for i, output in enumerate(outputs):
+                _set_from_host(output, rows[i].reshape(output.shape))
+        return WorkXla([t for outputs in output_tensors for t in outputs])
 
-    def scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> WorkXla:  # type: ignore[override]
-        raise _not_provided("scatter", "broadcast the whole tensor and take this rank's slice", _ROOTED)
+    def scatter(  # type: ignore[override]
+        self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: Any = None
+    ) -> WorkXla:
+        # A reduce-scatter (sum) of the root's pieces and every other replica's zeros, both sent
+        # from the host as one fresh array, so that all replicas record the same program.
+        world = self._world()
+        root = xm.get_ordinal() == getattr(opts, "rootRank", 0)
+        for i, output in enumerate(output_tensors):
+            pieces = [t.cpu() for t in input_tensors[i]] if root else []
+            if not root:
+                pieces = [torch.zeros(output.shape, dtype=output.dtype)] * world
+            rows = torch.stack([p.reshape(-1) for p in pieces]).to(output.device)
+            self._reduce_scatter_into(output, rows, None)
+        return WorkXla(output_tensors)
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> WorkXla:
         raise _not_provided("send", "use xm.collective_permute(value, pairs), called by every replica")
@@ -260,7 +301,30 @@ class ProcessGroupXla(dist.ProcessGroup):
 
 def _create_xla_process_group(store: Any, rank: int, size: int, timeout: timedelta) -> ProcessGroupXla:
     """torch.distributed's constructor for the ``xla`` backend."""
+    world = xm.xrt_world_size()
+    if size != world:
+        raise NotImplementedError(
+            f"an xla process group of {size} of the {world} replicas: xlalab's collectives span all "
+            "replicas, so the xla backend has no sub-groups (use the default group, or new_group() "
+            "over every rank)"
+        )
     return ProcessGroupXla(store, rank, size, timeout)
+
+
+def new_xla_process_group(
+    ranks: list[int] | None = None,
+    timeout: timedelta = c10d.default_pg_timeout,
+    backend: str | None = None,
+    pg_options: Any = None,
+) -> Any:
+    """torch_xla's ``new_group`` for the xla backend: a group over every rank (``ranks=None``
+    or all of them); a group of some of the ranks is refused, as every collective spans all."""
+    if ranks is not None and sorted(ranks) != list(range(dist.get_world_size())):
+        raise NotImplementedError(
+            f"new_xla_process_group(ranks={ranks}): xlalab's collectives span all "
+            f"{dist.get_world_size()} replicas; leave ranks=None"
+        )
+    return dist.new_group(ranks=ranks, timeout=timeout, backend=backend or BACKEND, pg_options=pg_options)
 
 
 # --------------------------------------------------------------------------- rendezvous
@@ -358,4 +422,4 @@ def _install() -> None:
 
 _install()
 
-__all__ = ["ProcessGroupXla", "WorkXla"]
+__all__ = ["ProcessGroupXla", "WorkXla", "new_xla_process_group"]
