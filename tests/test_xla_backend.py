@@ -236,3 +236,11 @@ def test_no_counterpart_names_what_to_use(runs: dict) -> None:
 def test_threads_that_are_not_replicas_keep_their_own_torch_distributed(runs: dict) -> None:
     assert runs["xla"]["main_initialized_after_spawn"] is False
     assert runs["xla"]["main_gloo"] == ["gloo", 0, [1.0, 1.0, 1.0]]
+
+
+@pytest.mark.parametrize("name", ["send", "recv"])
+def test_xm_send_recv_name_collective_permute(name: str) -> None:
+    import xlalab.core.xla_model as xm
+
+    with pytest.raises(NotImplementedError, match=rf"xm\.{name}\(.*channel_id=3\).*xm\.collective_permute"):
+        getattr(xm, name)(torch.ones(2), 3)

@@ -502,6 +502,25 @@ def collective_permute(value: torch.Tensor, pairs: list[list[int]]) -> Any:
     return _collective("collective_permute", value, (checked,), world, tuple(value.shape))
 
 
+def _no_channels(what: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"xm.{what}: XLA's channel Send/Recv pairs transfers between separately compiled programs; "
+        "xlalab's replicas run one SPMD program (JAX has no send/recv), so there is no counterpart. "
+        "For pipeline stages, have every replica call xm.collective_permute(value, pairs) with the "
+        "same [src, dst] pairs: each dst receives its src's value."
+    )
+
+
+def send(value: torch.Tensor, channel_id: int) -> torch.Tensor:
+    """torch_xla's XLA ``Send``: not provided (see the error for xm.collective_permute)."""
+    raise _no_channels(f"send(value, channel_id={channel_id})")
+
+
+def recv(output: torch.Tensor, channel_id: int) -> torch.Tensor:
+    """torch_xla's XLA ``Recv``: not provided (see the error for xm.collective_permute)."""
+    raise _no_channels(f"recv(output, channel_id={channel_id})")
+
+
 def collective_broadcast(
     tensors: list[torch.Tensor],
     root_ordinal: int = 0,
