@@ -159,7 +159,7 @@ def jax_mesh(device_ids: Sequence[int], shape: Sequence[int], names: Sequence[st
     key = (tuple(device_ids), tuple(shape), tuple(names))
     mesh = _MESHES.get(key)
     if mesh is None:
-        devs = backend.jax_devices()
+        devs = backend.global_jax_devices()  # every process's: a mesh may span several
         bad = [i for i in device_ids if not 0 <= i < len(devs)]
         if bad:
             raise ValueError(
@@ -172,7 +172,7 @@ def jax_mesh(device_ids: Sequence[int], shape: Sequence[int], names: Sequence[st
 
 
 def replicated_spec(device_ids: Sequence[int] | None = None) -> ShardingSpec:
-    ids = tuple(range(backend.device_count())) if device_ids is None else tuple(device_ids)
+    ids = tuple(range(backend.global_device_count())) if device_ids is None else tuple(device_ids)
     return ShardingSpec(ids, (len(ids),), ("_all",), ())
 
 
@@ -220,7 +220,7 @@ def spec_of_array(array: Any) -> ShardingSpec | None:
     sharding = getattr(array, "sharding", None)
     if not isinstance(sharding, NamedSharding):
         return None
-    index = {d: i for i, d in enumerate(backend.jax_devices())}
+    index = {d: i for i, d in enumerate(backend.global_jax_devices())}
     mesh = sharding.mesh
     ids = tuple(index[d] for d in mesh.devices.reshape(-1))
     partition = tuple(sharding.spec) + (None,) * (np.ndim(array) - len(sharding.spec))
@@ -230,7 +230,17 @@ def spec_of_array(array: Any) -> ShardingSpec | None:
 def place(array: Any, spec: ShardingSpec) -> Any:
     """``array`` laid out across the devices as ``spec`` says (as near as equal blocks allow:
     ``ShardingSpec.even_for``)."""
-    return jax.device_put(array, spec.even_for(np.shape(array)).named_sharding())
+    return put(array, spec.even_for(np.shape(array)).named_sharding())
+
+
+def put(array: Any, target: Any) -> Any:
+    """``jax.device_put(array, target)``, also when ``target`` spans several processes: JAX moves
+    an array only between devices this process drives, so one held here alone is laid out from
+    its host value, which every process holds alike (SPMD: each runs the same program on the
+    same data, as in JAX's multi-process SPMD)."""
+    if not target.is_fully_addressable and getattr(array, "is_fully_addressable", False):
+        array = np.asarray(array)
+    return jax.device_put(array, target)
 
 
 # --------------------------------------------------------------------------- compiling
@@ -264,7 +274,7 @@ _global_ids: list[tuple[int, ...]] = []
 
 
 def default_device_ids() -> tuple[int, ...]:
-    return _global_ids[0] if _global_ids else tuple(range(backend.device_count()))
+    return _global_ids[0] if _global_ids else tuple(range(backend.global_device_count()))
 
 
 def _device_ids(s: Any) -> list[int]:
@@ -295,10 +305,10 @@ def place_inputs(graph: Graph, datas: list[Any], scalars: Any) -> tuple[list[Any
                         "one program over meshes with the same device order (one global mesh)"
                     )
             else:
-                a = jax.device_put(a, replicated)
+                a = put(a, replicated)
                 n.value = a  # later steps find it replicated already
         placed.append(a)
-    return placed, jax.device_put(scalars, replicated)
+    return placed, put(scalars, replicated)
 
 
 def root_specs(graph: Graph) -> list[ShardingSpec | None]:
@@ -370,11 +380,11 @@ def fit_inputs(datas: list[Any], scalars: Any, expected: tuple[list[Any], Any]) 
     (a compiled XLA program refuses inputs in other layouts)."""
     shardings, scalar_sharding = expected
     fitted = [
-        a if a is None or getattr(a, "sharding", None) == s else jax.device_put(a, s)
+        a if a is None or getattr(a, "sharding", None) == s else put(a, s)
         for a, s in zip(datas, shardings)
     ]
     if getattr(scalars, "sharding", None) != scalar_sharding:
-        scalars = jax.device_put(scalars, scalar_sharding)
+        scalars = put(scalars, scalar_sharding)
     return fitted, scalars
 
 

@@ -35,7 +35,7 @@ class Mesh:
             )
         if len(set(ids.tolist())) != ids.size:
             raise ValueError(f"the mesh's device ids repeat: {ids.tolist()}")
-        count = backend.device_count()
+        count = backend.global_device_count()  # every process's
         if ids.size and (ids.min() < 0 or ids.max() >= count):
             raise ValueError(
                 f"the mesh names device ids {ids.tolist()}, but there are {count} xla devices "
@@ -126,7 +126,7 @@ class HybridMesh(Mesh):
 
 def get_1d_mesh(axis_name: str | None = None) -> Mesh:
     """All devices in one axis."""
-    n = backend.device_count()
+    n = backend.global_device_count()
     return Mesh(np.arange(n), (n,), (axis_name,) if axis_name is not None else None)
 
 
