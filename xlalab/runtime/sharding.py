@@ -238,7 +238,8 @@ def put(array: Any, target: Any) -> Any:
     an array only between devices this process drives, so one held here alone is laid out from
     its host value, which every process holds alike (SPMD: each runs the same program on the
     same data, as in JAX's multi-process SPMD)."""
-    if not target.is_fully_addressable and getattr(array, "is_fully_addressable", False):
+    spans_processes = target is not None and not target.is_fully_addressable
+    if spans_processes and getattr(array, "is_fully_addressable", False):
         array = np.asarray(array)
     return jax.device_put(array, target)
 
