@@ -24,7 +24,7 @@ import torch_xla  # noqa: E402
 import torch_xla.distributed.spmd as xs  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
 
-from xlalab.runtime import backend  # noqa: E402
+from xlalab.runtime import backend, sharding  # noqa: E402
 
 
 def mlp() -> torch.nn.Module:
@@ -70,4 +70,9 @@ array = w._st.node.value
 out["w_spec"] = xs.get_sharding_spec(w)
 out["w_devices"] = len(array.sharding.device_set)
 out["w_local_blocks"] = sorted({tuple(s.data.shape) for s in array.addressable_shards})
+# A value split across the processes, read whole on the host: gathered from both.
+whole = torch.arange(512.0).reshape(32, 16).to("xla")
+xs.mark_sharding(whole, mesh, ("model", "data"))
+gathered = sharding.host_value(whole._st.node.value)
+out["gathered_equal"] = bool(np.array_equal(gathered, np.arange(512.0).reshape(32, 16)))
 print("RESULT " + json.dumps(out), flush=True)

@@ -69,3 +69,7 @@ def test_sharded_mlp_trains_as_on_one_device_in_both_processes(results: list[dic
     for out in results:
         np.testing.assert_allclose(out["spmd_losses"], out["cpu_losses"], rtol=1e-5)
     assert results[0]["spmd_losses"] == results[1]["spmd_losses"]  # one program, one result
+
+
+def test_a_value_split_across_processes_is_gathered_whole(results: list[dict[str, Any]]) -> None:
+    assert all(out["gathered_equal"] for out in results)

@@ -467,3 +467,13 @@ def run_op_by_op(graph: Graph, device: int) -> list[Any]:
         if spec is not None:
             outs[k] = place(outs[k], spec)
     return outs
+
+
+def host_value(array: Any) -> np.ndarray:
+    """A device array's whole value on the host, also of one split across processes (its blocks
+    gathered from every process: each must read it, as each runs the same program)."""
+    if getattr(array, "is_fully_addressable", True) or array.is_fully_replicated:
+        return np.asarray(array)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
