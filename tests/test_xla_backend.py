@@ -244,3 +244,19 @@ def test_xm_send_recv_name_collective_permute(name: str) -> None:
 
     with pytest.raises(NotImplementedError, match=rf"xm\.{name}\(.*channel_id=3\).*xm\.collective_permute"):
         getattr(xm, name)(torch.ones(2), 3)
+
+
+def test_one_process_without_spawn_is_rank_0_of_1() -> None:
+    import torch.distributed as dist
+
+    import xlalab.distributed.xla_backend  # noqa: F401
+
+    dist.init_process_group("xla", init_method="xla://")
+    try:
+        t = torch.arange(3.0, device="xla:0")
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        assert (dist.get_rank(), dist.get_world_size(), dist.get_backend()) == (0, 1, "xla")
+        assert t.cpu().tolist() == [0.0, 1.0, 2.0]
+    finally:
+        dist.destroy_process_group()
+    assert not dist.is_initialized()
