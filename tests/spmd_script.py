@@ -65,8 +65,9 @@ def train(
 out["before_use_spmd"] = xr.is_spmd()
 xr.use_spmd()
 out["is_spmd"] = xr.is_spmd()
-out["device_count"] = xr.global_runtime_device_count()
+# The mesh first: it starts JAX's backends with XLA_NUM_DEVICES, as the first xla device would.
 mesh = xs.Mesh(np.arange(8), (2, 4), ("data", "model"))
+out["device_count"] = xr.global_runtime_device_count()
 
 
 def shard_2d(model: Any, x: torch.Tensor, y: torch.Tensor) -> None:

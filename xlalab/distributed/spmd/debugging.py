@@ -101,14 +101,14 @@ def device_memory() -> dict[str, int]:
 
     import jax
 
-    index = {d: i for i, d in enumerate(backend.global_jax_devices())}
+    index = {d: i for i, d in enumerate(sharding.global_devices())}
     # Bytes per device set: most arrays share a few shardings, so devices are visited per set.
     by_set: dict[int, tuple[Any, int]] = {}
     for array in jax.live_arrays():
         try:
-            sharding = array.sharding
-            block = math.prod(sharding.shard_shape(array.shape)) * array.dtype.itemsize
-            devices = sharding.device_set
+            layout = array.sharding
+            block = math.prod(layout.shard_shape(array.shape)) * array.dtype.itemsize
+            devices = layout.device_set
         except Exception:  # an array being deleted meanwhile, or a sharding with no blocks
             continue
         held = by_set.get(id(devices))
