@@ -59,9 +59,23 @@ PROGRAM = textwrap.dedent(
         every = dist.new_group()
         e = t.clone(); dist.all_reduce(e, group=every); out["all_reduce_new_group"] = e
 
-        torch.manual_seed(rank)  # different weights on each rank: DDP starts all from rank 0's
-        model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3)).to(device)
-        ddp = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
+        for as_view in (True, False):  # torch_xla's recommended setting, and torch's default
+            out.update(train(rank, world, device, step_end, as_view))
+        report = {k: v.cpu().tolist() for k, v in out.items()}
+        report["rank"], report["world"], report["backend"] = rank, world, dist.get_backend()
+        return report
+
+
+    def train(rank, world, device, step_end, as_view):
+        # Different weights on each rank: DDP starts all from rank 0's. (From a generator of the
+        # rank's own: xmp.spawn's replicas are threads sharing torch's global CPU generator.)
+        model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+        init = torch.Generator().manual_seed(rank)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.randn(p.shape, generator=init) * 0.4)
+        model.to(device)
+        ddp = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=as_view)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.2, momentum=0.9)
         data = torch.randn(STEPS, world, 4, 6, generator=torch.Generator().manual_seed(7))
         labels = torch.randint(0, 3, (STEPS, world, 4), generator=torch.Generator().manual_seed(8))
@@ -74,12 +88,12 @@ PROGRAM = textwrap.dedent(
             opt.step()
             step_end()
             losses.append(loss.detach())
-        out["losses"] = torch.stack(losses)
-        out["first_weight"] = model[0].weight.detach()
-        out["last_bias"] = model[2].bias.detach()
-        report = {k: v.cpu().tolist() for k, v in out.items()}
-        report["rank"], report["world"], report["backend"] = rank, world, dist.get_backend()
-        return report
+        tag = "bucket_view" if as_view else "copied_grads"
+        return {
+            f"losses {tag}": torch.stack(losses),
+            f"first_weight {tag}": model[0].weight.detach(),
+            f"last_bias {tag}": model[2].bias.detach(),
+        }
 
 
     def free_port():
@@ -170,6 +184,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"gloo": _run("gloo", tmp), "xla": _run("xla", tmp)}
 
 
+TAGS = ("bucket_view", "copied_grads")  # DDP(gradient_as_bucket_view=True), and False
 COLLECTIVES = (
     "all_reduce_sum",
     "all_reduce_max",
@@ -209,14 +224,15 @@ def test_reduce_gives_the_root_gloo_result_and_leaves_the_others(runs: dict) -> 
 def test_ddp_training_equals_gloo(runs: dict) -> None:
     for rank in range(WORLD):
         gloo, xla = runs["gloo"]["replicas"][rank], runs["xla"]["replicas"][rank]
-        for name in ("losses", "first_weight", "last_bias"):
+        for name in [f"{what} {tag}" for tag in TAGS for what in ("losses", "first_weight", "last_bias")]:
             actual, expected = torch.tensor(xla[name]), torch.tensor(gloo[name])
             torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
     # DDP synchronized the rank-dependent initial weights and averaged the gradients: the
     # replicas end identical (and the per-rank losses differ: each rank saw its own batch).
     first, second = runs["xla"]["replicas"][:2]
-    assert first["first_weight"] == second["first_weight"]
-    assert first["losses"] != second["losses"]
+    for tag in TAGS:
+        assert first[f"first_weight {tag}"] == second[f"first_weight {tag}"]
+        assert first[f"losses {tag}"] != second[f"losses {tag}"]
 
 
 def test_collectives_are_xla_collectives_in_the_compiled_programs(runs: dict) -> None:
