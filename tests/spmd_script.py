@@ -205,7 +205,7 @@ out["global_mesh"] = repr(xs.get_global_mesh())
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
 
-def gpt_losses(device: str) -> list[float]:
+def gpt_losses(device: str, compiled: bool = False) -> list[float]:
     torch.manual_seed(0)
     cfg = GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=16, bos_token_id=0,
                      eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)  # fmt: skip
@@ -214,12 +214,19 @@ def gpt_losses(device: str) -> list[float]:
         model = xs.SpmdFullyShardedDataParallel(model)  # over the global mesh's 'fsdp' axis
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ids = torch.randint(0, 64, (8, 8), generator=torch.Generator().manual_seed(2)).to(device)
-    losses = []
-    for _ in range(2):
+
+    def step(ids: torch.Tensor) -> torch.Tensor:
         opt.zero_grad()
         loss = model(ids, labels=ids).loss
         loss.backward()
         opt.step()
+        return loss
+
+    if compiled:
+        step = torch.compile(step, backend="openxla")
+    losses = []
+    for _ in range(2):
+        loss = step(ids)
         if device == "xla":
             torch_xla.sync()
         losses.append(loss.item())
@@ -228,6 +235,7 @@ def gpt_losses(device: str) -> list[float]:
 
 out["gpt_cpu_losses"] = gpt_losses("cpu")
 out["gpt_fsdp_losses"] = gpt_losses("xla")
+out["gpt_fsdp_compiled_losses"] = gpt_losses("xla", compiled=True)  # FSDPv2 under torch.compile
 
 # Uneven blocks: dimensions the mesh axes do not divide (30 features and 10 rows over 4 blocks).
 def uneven_mlp() -> torch.nn.Module:

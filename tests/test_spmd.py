@@ -191,6 +191,10 @@ def test_torch_compile_trains_with_the_inputs_shardings(report: dict[str, Any]) 
     assert "all-reduce" in report["compiled_collectives"]
 
 
+def test_fsdpv2_gpt2_under_torch_compile_trains_as_on_one_device(report: dict[str, Any]) -> None:
+    np.testing.assert_allclose(report["gpt_fsdp_compiled_losses"], report["gpt_cpu_losses"], rtol=1e-5)
+
+
 def test_mark_sharding_inside_a_compiled_function(report: dict[str, Any]) -> None:
     # Dynamo runs mark_sharding between two graphs; the value is re-laid out there.
     assert report["mark_inside_close"]
