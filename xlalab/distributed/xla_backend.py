@@ -282,9 +282,8 @@ class ProcessGroupXla(dist.ProcessGroup):
         world = self._world()
         root = xm.get_ordinal() == getattr(opts, "rootRank", 0)
         for i, output in enumerate(output_tensors):
-            pieces = [t.cpu() for t in input_tensors[i]] if root else []
-            if not root:
-                pieces = [torch.zeros(output.shape, dtype=output.dtype)] * world
+            zeros = torch.zeros(output.shape, dtype=output.dtype)
+            pieces = [t.cpu() for t in input_tensors[i]] if root else [zeros] * world
             rows = torch.stack([p.reshape(-1) for p in pieces]).to(output.device)
             self._reduce_scatter_into(output, rows, None)
         return WorkXla(output_tensors)
