@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 import xlalab
@@ -129,22 +131,47 @@ _SECOND_RUN = """
 import torch
 import xlalab.core.xla_model as xm
 import xlalab.debug.metrics as met
-from xlalab.runtime import compile_cache
+from xlalab.runtime import compile_cache, graph
 compile_cache.configure({path!r}, min_compile_seconds=0)
+traced = []
+build = graph.build_function
+graph.build_function = lambda g: traced.append(1) or build(g)
 x = torch.arange(12.0, device=xm.xla_device()).reshape(3, 4)
-print((x @ x.t()).relu().sum().item(), met.counter_value("PersistentCacheHit") or 0)
+print((x @ x.t()).relu().sum().item(), met.counter_value("PersistentCacheHit") or 0, len(traced))
 """
 
 
-def test_a_second_run_finds_its_programs_in_the_persistent_cache(tmp_path: object) -> None:
+def _runs(code: str, n: int) -> list[list[str]]:
     import subprocess
     import sys
 
-    code = _SECOND_RUN.format(path=str(tmp_path))
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-            for _ in range(2)]  # fmt: skip
+            for _ in range(n)]  # fmt: skip
     for r in runs:
         assert r.returncode == 0, r.stderr[-2000:]
-    (value1, hits1), (value2, hits2) = (r.stdout.split() for r in runs)
+    return [[*r.stdout.split(), r.stderr] for r in runs]
+
+
+def test_a_second_run_finds_its_programs_in_the_persistent_cache(tmp_path: Path) -> None:
+    code = _SECOND_RUN.format(path=str(tmp_path))
+    (value1, hits1, traced1, _), (value2, hits2, traced2, _) = _runs(code, 2)
     assert value1 == value2 == "1134.0"
     assert int(hits2) > int(hits1)  # the program the first run compiled was read back
+    # ... without tracing the graph again: xlalab keeps the executable by the graph's structure.
+    assert (traced1, traced2) == ("1", "0")
+    assert len(list((tmp_path / "xlalab-programs").glob("*.program"))) == 1
+
+
+def test_a_stored_program_is_used_only_for_its_own_graph(tmp_path: Path) -> None:
+    code = _SECOND_RUN.format(path=str(tmp_path))
+    _runs(code, 1)
+    (graph_text,) = (tmp_path / "xlalab-programs").glob("*.graph")
+    graph_text.write_text(graph_text.read_text() + "\nanother graph with the same digest")
+    ((value, _, traced, _),) = _runs(code, 1)
+    assert (value, traced) == ("1134.0", "1")  # not loaded: compiled afresh (and stored again)
+    # A damaged program file warns once and the program goes on.
+    (program,) = (tmp_path / "xlalab-programs").glob("*.program")
+    program.write_bytes(b"not a program")
+    ((value, _, traced, stderr),) = _runs(code, 1)
+    assert (value, traced) == ("1134.0", "1")
+    assert "XLA_PERSISTENT_CACHE_PATH" in stderr

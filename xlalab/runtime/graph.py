@@ -36,6 +36,7 @@ from . import (
     index_checks,
     ir,
     metrics,
+    program_store,
     promotion,
     replica_state,
     sharding,  # SPMD: shardings of leaves, pinned outputs and constraints
@@ -716,8 +717,17 @@ def execute(roots: Sequence[Node], reason: str, donate: bool = False) -> list[An
     leaves, datas, scalars = _inputs(graph, device)
     metrics.record("TensorsGraphSize", len(graph.nodes), "number")
     donate = donate and donation.enabled()
-    key = (graph.key, _trace_settings(), sharding.cache_key(graph, datas))
+    settings = _trace_settings()
+    key = (graph.key, settings, sharding.cache_key(graph, datas))
     prog = CACHE.get(key)
+    in_memory = prog is not None
+    text = None
+    if prog is None and not sharding.enabled():
+        # A new process: an earlier one may have left this program on disk.
+        text = program_store.structure_text(graph, settings)
+        prog = _load_stored(graph, text, reason) if text else None
+        if prog is not None:
+            CACHE.put(key, prog)
     if prog is not None and prog.donated:
         # Compiled at a barrier; a read that needs the same graph copies what it would give.
         donation.guard(leaves, datas, prog.donated, prog.donated_uses, everything=not donate)
@@ -741,9 +751,12 @@ def execute(roots: Sequence[Node], reason: str, donate: bool = False) -> list[An
             donated = donation.free_leaves(leaves, datas, all_uses)
             uses = tuple(all_uses[i] for i in donated)
             del leaves
+        t_compile = time.perf_counter()
         prog = compile_graph(graph, datas, scalars, reason, donated, uses)
         CACHE.put(key, prog)
-    else:
+        if text:
+            program_store.save(text, prog.executable, donated, uses, time.perf_counter() - t_compile)
+    elif in_memory:
         note_cache_hit(graph, prog, device, reason)
     t0 = time.perf_counter_ns()
     try:
@@ -781,6 +794,24 @@ def execute(roots: Sequence[Node], reason: str, donate: bool = False) -> list[An
         index_checks.raise_if_out_of_range(checks, list(outs[-len(checks) :]))
         outs = outs[: -len(checks)]
     return list(outs)
+
+
+def _load_stored(graph: Graph, text: str, reason: str) -> Program | None:
+    """The program an earlier process stored for this graph, told to listeners as a compile."""
+    t0 = time.perf_counter_ns()
+    stored = program_store.load(text)
+    if stored is None:
+        return None
+    executable, donated, uses = stored
+    device = f"xla:{graph.key[-1]}"
+    publish_compile_start(graph, device, reason)
+    prog = Program(executable, graph.hash, len(graph.nodes), graph.key[-1], donated, uses)
+    dt = time.perf_counter_ns() - t0
+    metrics.record("CompileTime", dt)
+    metrics.count("UncachedCompile")
+    metrics.count("PersistentCacheHit")
+    publish_compile(graph, prog, device, reason, seconds=dt / 1e9)
+    return prog
 
 
 def execute_isolating(

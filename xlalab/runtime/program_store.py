@@ -1,0 +1,144 @@
+"""Compiled programs on disk, by the exact structure of their graph: a new process skips tracing.
+
+JAX's persistent cache (``compile_cache.py``) is keyed by the lowered HLO, so a hit there still
+pays for tracing the graph function into HLO first: 0.3 to 0.5 s for a training step, in every new
+process. This store sits in front of it, in the same folder (``XLA_PERSISTENT_CACHE_PATH``): a
+program is saved as JAX's serialized executable under the text of its graph's structure, and a
+later process with the same graph loads it without tracing, lowering or compiling.
+
+The text names every node exactly as the in-memory key does (op, typed static arguments, shape,
+dtype, operand positions), plus what else decides the program: the trace settings, the device,
+the versions of torch, JAX and jaxlib, and a fingerprint of xlalab's own runtime sources (a
+changed lowering never loads an old program). A file is used only when its stored text equals
+the graph's text, whole; a graph whose arguments have no stable text (an object printed with its
+address) is not stored. Like JAX's cache, only programs whose compile took at least
+``jax_persistent_cache_min_compile_time_secs`` are written. A store that cannot be read or
+written warns once and the program goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jax
+import torch
+
+from . import backend, compile_cache, debug_files, ir
+
+if TYPE_CHECKING:
+    from .graph import Graph
+
+_FORMAT = 1
+
+
+class _Unstable(Exception):
+    """A static argument whose text would differ from one process to the next."""
+
+
+def _fingerprint() -> str:
+    """The versions and runtime sources a stored program was compiled with."""
+    digest = hashlib.sha256(f"{_FORMAT}|{torch.__version__}|{jax.__version__}".encode())
+    digest.update(getattr(jax.lib, "__version__", jax.__version__).encode())
+    root = Path(__file__).resolve().parent
+    for path in sorted([*root.glob("*.py"), *root.glob("lowering/*.py")]):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+_FINGERPRINT: list[str] = []
+
+
+def _text(a: Any) -> str:
+    tp = type(a)
+    if a is None or tp is bool or tp is int or tp is str:
+        return repr(a)
+    if tp is float:
+        return "f" + a.hex()
+    if tp is tuple or tp is list:
+        return "(" + ",".join(_text(x) for x in a) + ")"
+    if tp is ir.Slot:
+        return repr(a)
+    if tp is ir.Const:
+        value = a.value.hex() if type(a.value) is float else repr(a.value)
+        return f"C({type(a.value).__name__}:{value}:{a.dtype})"
+    if isinstance(a, (torch.dtype, torch.memory_format, torch.layout)):
+        return str(a)
+    if isinstance(a, torch._ops.OpOverload):
+        return str(a)
+    if isinstance(a, Enum):
+        return f"{type(a).__name__}.{a.name}"
+    text = repr(a)
+    if " at 0x" in text or "object at" in text:
+        raise _Unstable(text)
+    return f"{type(a).__qualname__}:{text}"
+
+
+def structure_text(graph: Graph, settings: Any) -> str | None:
+    """The exact text of ``graph``'s program, or None when some argument has no stable text."""
+    if not _FINGERPRINT:
+        _FINGERPRINT.append(_fingerprint())
+    position = {id(n): i for i, n in enumerate(graph.nodes)}
+    device = backend.jax_device(graph.key[-1])
+    lines = [_FINGERPRINT[0], _text(settings), f"{device.platform}:{device.id}", repr(graph.roots)]
+    try:
+        for n in graph.nodes:
+            operands = ",".join(str(position[id(s)]) for s in n.src)
+            lines.append(f"{n.op}|{_text(n.arg)}|{_text(n.shape)}|{n.dtype}|{_text(n.outs)}|{operands}")
+    except _Unstable:
+        return None
+    return "\n".join(lines)
+
+
+def _files(text: str) -> tuple[Path, Path] | None:
+    folder = compile_cache.disk_cache().get("path")
+    if not folder:
+        return None
+    name = hashlib.sha256(text.encode()).hexdigest()
+    base = Path(folder) / "xlalab-programs"
+    return base / f"{name}.program", base / f"{name}.graph"
+
+
+def load(text: str) -> tuple[Any, tuple[int, ...], tuple[int, ...]] | None:
+    """(executable, donated leaves, their uses) stored for ``text``, or None."""
+    files = _files(text)
+    if files is None or not files[0].exists():
+        return None
+    try:
+        if files[1].read_text() != text:
+            return None  # a different graph with the same digest: never load it
+        payload, in_tree, out_tree, donated, uses = pickle.loads(files[0].read_bytes())
+        from jax.experimental.serialize_executable import deserialize_and_load
+
+        return deserialize_and_load(payload, in_tree, out_tree), donated, uses
+    except Exception as e:  # a damaged or foreign file: compile instead
+        debug_files.warn_once("XLA_PERSISTENT_CACHE_PATH", str(files[0]), e)
+        return None
+
+
+def save(text: str, executable: Any, donated: tuple[int, ...], uses: tuple[int, ...], seconds: float) -> None:
+    """Keep a compiled program for later processes (when its compile was worth keeping)."""
+    state = compile_cache.disk_cache()
+    threshold = jax.config.values["jax_persistent_cache_min_compile_time_secs"]
+    if state.get("read_only") or seconds < threshold:
+        return
+    files = _files(text)
+    if files is None:
+        return
+    try:
+        from jax.experimental.serialize_executable import serialize
+
+        payload, in_tree, out_tree = serialize(executable)
+        blob = pickle.dumps((payload, in_tree, out_tree, donated, uses))
+        files[0].parent.mkdir(parents=True, exist_ok=True)
+        for path, data in ((files[1], text.encode()), (files[0], blob)):
+            partial = path.with_suffix(f".{os.getpid()}.partial")
+            partial.write_bytes(data)
+            os.replace(partial, path)  # readers see a whole file or none
+    except Exception as e:  # the program runs all the same
+        debug_files.warn_once("XLA_PERSISTENT_CACHE_PATH", str(files[0]), e)
