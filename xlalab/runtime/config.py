@@ -119,8 +119,9 @@ declare(
     "XLA_PERSISTENT_CACHE_PATH",
     str,
     "~/.cache/xlalab/xla",
-    "Folder of the persistent compilation cache (JAX's): a later run finds the programs an earlier one "
-    "compiled and skips XLA's compile. Empty turns it off. Read when the first xla device is used.",
+    "Folder of the persistent compilation cache: a later run finds the programs an earlier one "
+    "compiled (JAX's cache, by HLO, skips XLA's compile; xlalab's, by graph structure, also skips "
+    "tracing). Empty turns it off. Read when the first xla device is used.",
 )
 declare(
     "XLA_PERSISTENT_CACHE_READ_ONLY",
