@@ -178,13 +178,24 @@ def max_pool_with_indices(nd: int, x: Array, *window: Any, **named: Any) -> tupl
     # maximal offset in row-major kernel order, which is torch's tie rule (strict >).
     windows = jnp.stack([at_offset(offset) for offset in itertools.product(*map(range, k))])
     which = jnp.argmax(windows, axis=0)
-    offsets = jnp.unravel_index(which, k)
+    offsets = _unravel(which, k)
     # torch's indices are flat positions within each spatial plane (or volume).
     index = jnp.zeros(which.shape, jnp.int64)
     for a in range(nd):
         position = lax.broadcasted_iota(jnp.int64, which.shape, lead + a) * s[a] - p[a] + offsets[a] * d[a]
         index = index * x.shape[lead + a] + position
     return jnp.max(windows, axis=0), index
+
+
+def _unravel(flat: Array, shape: Sequence[int]) -> list[Array]:
+    """Row-major coordinates of in-range flat positions, in plain lax: jnp.unravel_index is a
+    nested jit whose first trace in a process costs ~0.1 s (a warm-cache first step pays it)."""
+    coords = []
+    for a in range(len(shape)):
+        inner = math.prod(shape[a + 1 :])
+        q = lax.div(flat, np.asarray(inner, flat.dtype)) if inner > 1 else flat
+        coords.append(lax.rem(q, np.asarray(shape[a], flat.dtype)) if a > 0 else q)
+    return coords
 
 
 def scatter_by_index(nd: int, grad_output: Array, x: Array, indices: Array) -> Array:
@@ -274,7 +285,7 @@ def adaptive_max_pool(nd: int, x: Array, output_size: Ints) -> tuple[Array, Arra
     index = jnp.zeros(which.shape, jnp.int64)
     stride = 1
     for a in reversed(range(nd)):
-        k = jnp.unravel_index(which, ks)[a]
+        k = _unravel(which, ks)[a]
         o = lax.broadcasted_iota(jnp.int64, which.shape, len(lead) + a)
         pos = jnp.asarray(windows[a][0])[o, k]
         index = index + pos * stride
