@@ -37,7 +37,7 @@ torch.manual_seed(1)
 X, Y = torch.randn(16, 16), torch.randn(16, 8)
 
 
-def train(device: str, mesh: Any = None, steps: int = 3) -> list[float]:
+def train(device: str, mesh: Any = None, steps: int = 3, compiled: bool = False) -> list[float]:
     model = mlp().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = X.to(device), Y.to(device)
@@ -46,12 +46,19 @@ def train(device: str, mesh: Any = None, steps: int = 3) -> list[float]:
         xs.mark_sharding(model[2].weight, mesh, (None, "model"))
         xs.mark_sharding(x, mesh, ("data", None))
         xs.mark_sharding(y, mesh, ("data", None))
-    losses = []
-    for _ in range(steps):
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
+        return loss
+
+    if compiled:
+        step = torch.compile(step, backend="openxla")
+    losses = []
+    for _ in range(steps):
+        loss = step(x, y)
         if device != "cpu":
             torch_xla.sync()
         losses.append(loss.item())
@@ -64,6 +71,7 @@ out["cpu_losses"] = train("cpu")
 xr.use_spmd()
 mesh = xs.Mesh(np.arange(8), (2, 4), ("data", "model"))
 out["spmd_losses"] = train("xla", mesh)
+out["compiled_losses"] = train("xla", mesh, compiled=True)  # torch.compile's graphs, same mesh
 w = torch.zeros(32, 16).to("xla")
 xs.mark_sharding(w, mesh, ("model", None))
 array = w._st.node.value

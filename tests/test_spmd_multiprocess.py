@@ -71,5 +71,10 @@ def test_sharded_mlp_trains_as_on_one_device_in_both_processes(results: list[dic
     assert results[0]["spmd_losses"] == results[1]["spmd_losses"]  # one program, one result
 
 
+def test_torch_compile_trains_across_both_processes(results: list[dict[str, Any]]) -> None:
+    for out in results:
+        np.testing.assert_allclose(out["compiled_losses"], out["cpu_losses"], rtol=1e-5)
+
+
 def test_a_value_split_across_processes_is_gathered_whole(results: list[dict[str, Any]]) -> None:
     assert all(out["gathered_equal"] for out in results)

@@ -540,7 +540,7 @@ def _spmd_variant(variant: Variant) -> None:
         return
     variant.spmd_inputs = sharding.program_input_shardings(program.executable)
     if variant.spmd_inputs is not None and variant.fixed_scalars is not None:
-        variant.fixed_scalars = jax.device_put(variant.fixed_scalars, variant.spmd_inputs[1])
+        variant.fixed_scalars = sharding.put(variant.fixed_scalars, variant.spmd_inputs[1])
 
 
 class _NoProgram:
