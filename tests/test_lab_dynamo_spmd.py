@@ -126,7 +126,8 @@ print("close", ok)
 run("graph_setup", """
 import torch_xla
 def make_product():
-    p = left @ right
+    # Not the graph the reshard cell read (that one is compiled): the left operand doubled.
+    p = (left + left) @ right
     xs.mark_sharding(p, row_mesh, ("x", None))
     return p
 p1 = make_product()

@@ -47,7 +47,7 @@ def addressable_device_count() -> int:
 
 
 def global_runtime_device_count() -> int:
-    return backend.device_count()
+    return backend.global_device_count()  # every process's devices
 
 
 def world_size() -> int:

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from xlalab.debug.graph_dump import _Table, graph_of
-from xlalab.runtime import backend, config, ir
+from xlalab.runtime import config, ir, sharding
 from xlalab.runtime import graph as _graph
 from xlalab.runtime.dtypes import host_jnp, short_name
 from xlalab.runtime.frames import Frame
@@ -436,12 +436,18 @@ class Stepper:
 
     def _compute_positions(self, end: int) -> None:
         settings = _graph._trace_settings()
-        dev = backend.jax_device(self.device)
+        dev = sharding.op_by_op_target(self.graph, self.device)  # the device, or the SPMD mesh
         nodes = self.graph.nodes
         for p in range(self._computed, end):
             try:
                 self._env[p] = _graph.run_node(
-                    self._instrs[p], nodes[p], self._env, dev, settings, _STEP_CACHE, STEP_COUNTERS
+                    self._instrs[p],
+                    nodes[p],
+                    self._env,
+                    dev,
+                    sharding.node_settings(settings, self._instrs[p], self._env),
+                    _STEP_CACHE,
+                    STEP_COUNTERS,
                 )
             except Exception as e:
                 row = self._row_of_position(p)

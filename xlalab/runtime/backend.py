@@ -136,6 +136,7 @@ def jax_devices() -> tuple[Any, ...]:
 @functools.cache
 def global_jax_devices() -> tuple[Any, ...]:
     """Every process's devices, in JAX's global order (this process's alone without multi-host)."""
+    platform()  # starts JAX as the settings say (XLA_NUM_DEVICES, the distributed runtime)
     if jax.process_count() == 1:
         return jax_devices()
     return tuple(jax.devices(platform()))
@@ -194,8 +195,10 @@ def to_device(t: torch.Tensor, index: int, dtype: torch.dtype | None = None) -> 
 
 
 def to_host(array: Any, dtype: torch.dtype) -> torch.Tensor:
-    """Copy a JAX array back to a CPU tensor of ``dtype``."""
-    host = np.asarray(array)
+    """Copy a JAX array back to a CPU tensor of ``dtype`` (also one split across processes)."""
+    from .sharding import host_value  # sharding builds on this module
+
+    host = host_value(array)
     if DEVICE_OVERRIDES and dtype in DEVICE_OVERRIDES:
         _warn_once(
             dtype,

@@ -663,6 +663,8 @@ def run_op_by_op(graph: Graph, device: int) -> list[Any]:
 
     Same results as fused execution; each distinct node signature compiles once.
     """
+    if sharding.enabled():
+        return sharding.run_op_by_op(graph, device)  # each node over the mesh
     instrs, roots, _, _ = _instructions(graph)
     dev = backend.jax_device(device)
     settings = _trace_settings()
