@@ -175,3 +175,16 @@ def test_a_stored_program_is_used_only_for_its_own_graph(tmp_path: Path) -> None
     ((value, _, traced, stderr),) = _runs(code, 1)
     assert (value, traced) == ("1134.0", "1")
     assert "XLA_PERSISTENT_CACHE_PATH" in stderr
+
+
+def test_an_executable_read_from_jaxs_cache_is_not_stored_again(tmp_path: Path) -> None:
+    """Serialized again, an executable JAX loaded from its cache can lack its kernels (XLA:CPU):
+    the store keeps only what XLA compiled in the process."""
+    code = _SECOND_RUN.format(path=str(tmp_path))
+    _runs(code, 1)
+    store = tmp_path / "xlalab-programs"
+    for f in store.iterdir():
+        f.unlink()
+    ((value, _, traced, _),) = _runs(code, 1)  # JAX's cache gives the executable
+    assert (value, traced) == ("1134.0", "1")
+    assert not list(store.glob("*.program"))

@@ -60,10 +60,19 @@ _JAX_EVENTS = {
 }
 
 
+_JAX_HITS = [0]  # executables JAX's own cache gave this process
+
+
+def jax_cache_hits() -> int:
+    return _JAX_HITS[0]
+
+
 def _on_jax_event(event: str, **_: str | int) -> None:
     counter = _JAX_EVENTS.get(event)
     if counter is not None:
         metrics.count(counter)
+        if counter == "PersistentCacheHit":
+            _JAX_HITS[0] += 1
 
 
 jax.monitoring.register_event_listener(_on_jax_event)

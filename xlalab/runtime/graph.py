@@ -753,10 +753,12 @@ def execute(roots: Sequence[Node], reason: str, donate: bool = False) -> list[An
             donated = donation.free_leaves(leaves, datas, all_uses)
             uses = tuple(all_uses[i] for i in donated)
             del leaves
-        t_compile = time.perf_counter()
+        t_compile, jax_hits = time.perf_counter(), compile_cache.jax_cache_hits()
         prog = compile_graph(graph, datas, scalars, reason, donated, uses)
         CACHE.put(key, prog)
-        if text:
+        # Only what XLA compiled here: an executable JAX read from its own cache does not
+        # serialize again whole on every backend (XLA:CPU loses its kernels).
+        if text and compile_cache.jax_cache_hits() == jax_hits:
             program_store.save(text, prog.executable, donated, uses, time.perf_counter() - t_compile)
     elif in_memory:
         note_cache_hit(graph, prog, device, reason)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .graph import Graph
 
 _FORMAT = 1
+STORE_LIMIT_BYTES = compile_cache.DISK_LIMIT_BYTES // 2  # beside JAX's own cache, in its folder
 
 
 class _Unstable(Exception):
@@ -115,7 +116,9 @@ def load(text: str) -> tuple[Any, tuple[int, ...], tuple[int, ...]] | None:
         payload, in_tree, out_tree, donated, uses = pickle.loads(files[0].read_bytes())
         from jax.experimental.serialize_executable import deserialize_and_load
 
-        return deserialize_and_load(payload, in_tree, out_tree), donated, uses
+        loaded = deserialize_and_load(payload, in_tree, out_tree)
+        os.utime(files[0])  # recently used: the last to be dropped when the store is full
+        return loaded, donated, uses
     except Exception as e:  # a damaged or foreign file: compile instead
         debug_files.warn_once("XLA_PERSISTENT_CACHE_PATH", str(files[0]), e)
         return None
@@ -140,5 +143,18 @@ def save(text: str, executable: Any, donated: tuple[int, ...], uses: tuple[int, 
             partial = path.with_suffix(f".{os.getpid()}.partial")
             partial.write_bytes(data)
             os.replace(partial, path)  # readers see a whole file or none
+        _trim(files[0].parent)
     except Exception as e:  # the program runs all the same
         debug_files.warn_once("XLA_PERSISTENT_CACHE_PATH", str(files[0]), e)
+
+
+def _trim(folder: Path) -> None:
+    """Drop the least recently used programs past the store's size (programs of an earlier
+    xlalab or JAX never load again, and go first)."""
+    programs = sorted(folder.glob("*.program"), key=lambda p: p.stat().st_mtime)
+    total = sum(p.stat().st_size for p in programs)
+    while programs and total > STORE_LIMIT_BYTES:
+        oldest = programs.pop(0)
+        total -= oldest.stat().st_size
+        oldest.unlink(missing_ok=True)
+        oldest.with_suffix(".graph").unlink(missing_ok=True)
