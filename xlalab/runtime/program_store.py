@@ -11,8 +11,9 @@ dtype, operand positions), plus what else decides the program: the trace setting
 the versions of torch, JAX and jaxlib, and a fingerprint of xlalab's own runtime sources (a
 changed lowering never loads an old program). A file is used only when its stored text equals
 the graph's text, whole; a graph whose arguments have no stable text (an object printed with its
-address) is not stored. Like JAX's cache, only programs whose compile took at least
-``jax_persistent_cache_min_compile_time_secs`` are written. A store that cannot be read or
+address) is not stored. Only programs whose tracing and compile took at least ``MIN_SECONDS``
+(or JAX's ``jax_persistent_cache_min_compile_time_secs``, if lower) are written, and only ones XLA
+compiled in this process. A store that cannot be read or
 written warns once and the program goes on.
 """
 
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
 
 _FORMAT = 1
 STORE_LIMIT_BYTES = compile_cache.DISK_LIMIT_BYTES // 2  # beside JAX's own cache, in its folder
+# Programs that took this long to trace and compile are kept (JAX keeps those over 1 s of XLA
+# compile; a training step of a small model takes 0.5 to 1 s here, all of which a new process
+# would pay again).
+MIN_SECONDS = 0.3
 
 
 class _Unstable(Exception):
@@ -127,7 +132,7 @@ def load(text: str) -> tuple[Any, tuple[int, ...], tuple[int, ...]] | None:
 def save(text: str, executable: Any, donated: tuple[int, ...], uses: tuple[int, ...], seconds: float) -> None:
     """Keep a compiled program for later processes (when its compile was worth keeping)."""
     state = compile_cache.disk_cache()
-    threshold = jax.config.values["jax_persistent_cache_min_compile_time_secs"]
+    threshold = min(MIN_SECONDS, jax.config.values["jax_persistent_cache_min_compile_time_secs"])
     if state.get("read_only") or seconds < threshold:
         return
     files = _files(text)
