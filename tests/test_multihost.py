@@ -8,14 +8,11 @@ shows the seeds' API runs unchanged across hosts, with replicas identical in bot
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from .processes import run_two
 
 WORKER = textwrap.dedent(
     """
@@ -73,40 +70,11 @@ WORKER = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     script = tmp_path_factory.mktemp("multihost") / "worker.py"
     script.write_text(WORKER)
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_NUM_DEVICES", "XLALAB_"))}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(port), str(pid)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for pid in range(2)
-    ]
-    outs = []
-    try:
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=240)
-            assert p.returncode == 0, stderr[-4000:]
-            line = next(x for x in stdout.splitlines() if x.startswith("RESULT "))
-            outs.append(json.loads(line.removeprefix("RESULT ")))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    return outs
+    return run_two(script)
 
 
 def test_all_reduce_spans_both_processes(results: list[dict]) -> None:

@@ -7,52 +7,20 @@ partitioner's collectives cross the processes (XLA's CPU collectives: gloo in th
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from .processes import run_two
+
 SCRIPT = Path(__file__).with_name("spmd_multiprocess_script.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def results() -> list[dict[str, Any]]:
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_NUM_DEVICES", "XLALAB_"))}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(SCRIPT), str(port), str(pid)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for pid in range(2)
-    ]
-    outs = []
-    try:
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=240)
-            assert p.returncode == 0, stderr[-4000:]
-            line = next(x for x in stdout.splitlines() if x.startswith("RESULT "))
-            outs.append(json.loads(line.removeprefix("RESULT ")))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    return outs
+    return run_two(SCRIPT)
 
 
 def test_mesh_spans_both_processes(results: list[dict[str, Any]]) -> None:
