@@ -521,17 +521,23 @@ def record(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
     tpl = []
     i = 0
     for a in args:
-        if type(a) is XlaTensor and not a._chain:
+        tp = type(a)
+        if tp is XlaTensor and not a._chain:
             node = a._st.node
             sig.append(node.shape)
             sig.append(node.dtype)
-            if node.device != acc.device and acc.device < 0:
+            if node.device != acc.device:
+                if acc.device >= 0:
+                    tpl.append(acc.add(node))  # raises eager's two-devices error
+                    i += 1
+                    continue
                 acc.device = node.device
-                tpl.append(ir.SLOTS[len(operands)] if len(operands) < 256 else ir.slot(len(operands)))
-                operands.append(node)
-            else:
-                tpl.append(acc.add(node))
-        elif type(a) is float and i in sp:
+            n = len(operands)
+            tpl.append(ir.SLOTS[n] if n < 256 else ir.slot(n))
+            operands.append(node)
+        elif tp is int or a is None:  # sizes, dims, flags: the template holds them as they are
+            tpl.append(a)
+        elif tp is float and i in sp:
             sig.append(float)
             tpl.append(ir.SLOTS[len(operands)] if len(operands) < 256 else ir.slot(len(operands)))
             operands.append(ir.scalar(a, 0))
