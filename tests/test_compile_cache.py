@@ -141,11 +141,13 @@ print((x @ x.t()).relu().sum().item(), met.counter_value("PersistentCacheHit") o
 """
 
 
-def _runs(code: str, n: int) -> list[list[str]]:
+def _runs(code: str, n: int, env: dict[str, str] | None = None) -> list[list[str]]:
+    import os
     import subprocess
     import sys
 
-    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    env = {**os.environ, **(env or {})}
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
             for _ in range(n)]  # fmt: skip
     for r in runs:
         assert r.returncode == 0, r.stderr[-2000:]
@@ -190,3 +192,14 @@ def test_an_executable_read_from_jaxs_cache_is_not_stored_again(tmp_path: Path) 
     ((value, _, traced, _),) = _runs(code, 1)  # JAX's cache gives the executable
     assert (value, traced) == ("1134.0", "1")
     assert not list(store.glob("*.program"))
+
+
+
+def test_a_process_with_several_devices_compiles_without_the_store(tmp_path: Path) -> None:
+    """JAX's deserializer binds an executable to every device of the process: with several, the
+    program store stands aside (JAX's own cache still serves) and every device computes right."""
+    code = _SECOND_RUN.format(path=str(tmp_path)).replace("xm.xla_device()", "xm.xla_device(2)")
+    (first, second) = _runs(code, 2, {"XLA_NUM_DEVICES": "4"})
+    assert first[0] == second[0] == "1134.0"
+    assert int(second[1]) > 0  # JAX's cache
+    assert not (tmp_path / "xlalab-programs").exists()

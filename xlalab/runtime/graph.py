@@ -724,7 +724,7 @@ def execute(roots: Sequence[Node], reason: str, donate: bool = False) -> list[An
     prog = CACHE.get(key)
     in_memory = prog is not None
     text = None
-    if prog is None and not sharding.enabled():
+    if prog is None and not sharding.enabled() and program_store.usable():
         # A new process: an earlier one may have left this program on disk.
         text = program_store.structure_text(graph, settings)
         prog = _load_stored(graph, text, reason) if text else None
@@ -803,7 +803,7 @@ def execute(roots: Sequence[Node], reason: str, donate: bool = False) -> list[An
 def _load_stored(graph: Graph, text: str, reason: str) -> Program | None:
     """The program an earlier process stored for this graph, told to listeners as a compile."""
     t0 = time.perf_counter_ns()
-    stored = program_store.load(text)
+    stored = program_store.load(text, graph.key[-1])
     if stored is None:
         return None
     executable, donated, uses = stored

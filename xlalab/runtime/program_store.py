@@ -4,7 +4,8 @@ JAX's persistent cache (``compile_cache.py``) is keyed by the lowered HLO, so a 
 pays for tracing the graph function into HLO first: 0.3 to 0.5 s for a training step, in every new
 process. This store sits in front of it, in the same folder (``XLA_PERSISTENT_CACHE_PATH``): a
 program is saved as JAX's serialized executable under the text of its graph's structure, and a
-later process with the same graph loads it without tracing, lowering or compiling.
+later process with the same graph loads it without tracing, lowering or compiling. Processes with
+one device use it (``usable``); others have JAX's cache alone.
 
 The text names every node exactly as the in-memory key does (op, typed static arguments, shape,
 dtype, operand positions), plus what else decides the program: the trace settings, the device,
@@ -85,6 +86,12 @@ def _text(a: Any) -> str:
     return f"{type(a).__qualname__}:{text}"
 
 
+def usable() -> bool:
+    """Whether this process can use the store. A loaded executable is bound to every device of
+    its client (JAX's deserializer), so only a process with one device loads it correctly."""
+    return backend.device_count() == 1
+
+
 def structure_text(graph: Graph, settings: Any) -> str | None:
     """The exact text of ``graph``'s program, or None when some argument has no stable text."""
     if not _FINGERPRINT:
@@ -110,8 +117,9 @@ def _files(text: str) -> tuple[Path, Path] | None:
     return base / f"{name}.program", base / f"{name}.graph"
 
 
-def load(text: str) -> tuple[Any, tuple[int, ...], tuple[int, ...]] | None:
-    """(executable, donated leaves, their uses) stored for ``text``, or None."""
+def load(text: str, device: int) -> tuple[Any, tuple[int, ...], tuple[int, ...]] | None:
+    """(executable, donated leaves, their uses) stored for ``text``, for xla ``device`` (the one
+    it was compiled for: the text names it), or None."""
     files = _files(text)
     if files is None or not files[0].exists():
         return None
@@ -121,7 +129,7 @@ def load(text: str) -> tuple[Any, tuple[int, ...], tuple[int, ...]] | None:
         payload, in_tree, out_tree, donated, uses = pickle.loads(files[0].read_bytes())
         from jax.experimental.serialize_executable import deserialize_and_load
 
-        loaded = deserialize_and_load(payload, in_tree, out_tree)
+        loaded = deserialize_and_load(payload, in_tree, out_tree, backend.jax_device(device).client)
         os.utime(files[0])  # recently used: the last to be dropped when the store is full
         return loaded, donated, uses
     except Exception as e:  # a damaged or foreign file: compile instead
