@@ -61,6 +61,16 @@ def _compiled_report(expr: str, value: Any) -> Any:
     )
 
 
+def _save(path: str, text: str, what: str) -> None:
+    """``%xla_graph --save``: write the dump, or say why not (the kernel goes on)."""
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise UsageError(f"--save {path}: {e.strerror or e}") from None
+    print(f"saved {what} to {path}")
+
+
 @magics_class
 class XlaMagics(Magics):
     shell: Any
@@ -141,12 +151,7 @@ class XlaMagics(Magics):
             graph, self.session.cells, fmt=args.format, title=title, max_nodes=max_nodes
         )
         if args.save:
-            try:
-                with open(args.save, "w") as f:
-                    f.write(text)
-            except OSError as e:
-                raise UsageError(f"--save {args.save}: {e.strerror or e}") from None
-            print(f"saved the {args.format} dump to {args.save}")
+            _save(args.save, text, f"the {args.format} dump")
         display(bundle, raw=True)
 
     def _show_compiled(self, report: Any, args: Any) -> None:
@@ -159,12 +164,7 @@ class XlaMagics(Magics):
             report, self.session.cells, "stablehlo" if args.format == "stablehlo" else "hlo"
         )
         if args.save:
-            try:
-                with open(args.save, "w") as f:
-                    f.write(text)
-            except OSError as e:
-                raise UsageError(f"--save {args.save}: {e.strerror or e}") from None
-            print(f"saved the graphs of {report.name} to {args.save}")
+            _save(args.save, text, f"the graphs of {report.name}")
         display(render.pre_bundle(text), raw=True)
 
     # ------------------------------------------------------------------ %xla_metrics

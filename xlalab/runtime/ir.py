@@ -198,10 +198,14 @@ class Node:
 _LEAF_IDS: dict[tuple[str, Shape, torch.dtype], tuple[int, int]] = {}  # -> (hash, sid)
 
 
-def _leaf(op: str, value: Any, shape: Shape, dtype: torch.dtype, device: int) -> Node:
+def _leaf_ids(op: str, shape: Shape, dtype: torch.dtype) -> tuple[int, int]:
     ids = _LEAF_IDS.get((op, shape, dtype))
     if ids is None:
         ids = _LEAF_IDS[(op, shape, dtype)] = (hash((op, shape, dtype)), structural_id((op, shape, dtype)))
+    return ids
+
+
+def _leaf(op: str, value: Any, shape: Shape, dtype: torch.dtype, device: int, ids: tuple[int, int]) -> Node:
     n = Node.__new__(Node)
     n.op = op
     n.src = ()
@@ -218,7 +222,7 @@ def _leaf(op: str, value: Any, shape: Shape, dtype: torch.dtype, device: int) ->
 
 def data(array: Any, shape: Shape, dtype: torch.dtype, device: int) -> Node:
     """A device-data leaf."""
-    return _leaf(DATA, array, shape, dtype, device)
+    return _leaf(DATA, array, shape, dtype, device, _leaf_ids(DATA, shape, dtype))
 
 
 def error(exc: BaseException, shape: Shape | None, dtype: torch.dtype | None, device: int) -> Node:
@@ -227,8 +231,15 @@ def error(exc: BaseException, shape: Shape | None, dtype: torch.dtype | None, de
 
 
 def scalar(value: float, device: int, dtype: torch.dtype = torch.float64) -> Node:
-    """A scalar graph input (fed at run time)."""
-    return _leaf(SCALAR, value, (), dtype, device)
+    """A scalar graph input (fed at run time); one per float argument recorded, so its identity
+    comes from a dict keyed by the dtype alone."""
+    ids = _SCALAR_IDS.get(dtype)
+    if ids is None:
+        ids = _SCALAR_IDS[dtype] = _leaf_ids(SCALAR, (), dtype)
+    return _leaf(SCALAR, value, (), dtype, device, ids)
+
+
+_SCALAR_IDS: dict[torch.dtype, tuple[int, int]] = {}
 
 
 def item(multi: Node, i: int) -> Node:
