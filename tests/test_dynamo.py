@@ -288,3 +288,33 @@ def test_compiled_function_in_eager_mode(dev: torch.device) -> None:
         again = f(x.to(dev))
     torch.testing.assert_close(got.cpu(), (x + 1).exp().sum())
     torch.testing.assert_close(again.cpu(), got.cpu())
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        lambda x: x[[1, 2]],
+        lambda x: x[[3, 0], [2, 1]],
+        lambda x: x[[[0, 1], [2, 1]]],
+        lambda x: x[:, [2, 0, 2]],
+    ],
+    ids=["list", "two-lists", "nested-list", "list-in-second-dim"],
+)
+def test_index_lists_in_a_compiled_function(index: object, dev: torch.device) -> None:
+    # torch builds an index list's tensor in C++, below the Python key; under dynamo's fake
+    # tensors that tensor must become a fake one, and its values the graph's constant.
+    fn = index  # type: ignore[assignment]
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return (fn(x) * 2).sum()  # type: ignore[operator]
+
+    x = torch.arange(12.0).reshape(4, 3)
+    want_value = step(x.clone().requires_grad_())
+    leaf = x.clone().requires_grad_()
+    step(leaf).backward()
+    f = torch.compile(step, backend="xlalab")
+    xd = x.to(dev).requires_grad_()
+    got = f(xd)
+    got.backward()
+    torch.testing.assert_close(got.detach().cpu(), want_value.detach())
+    torch.testing.assert_close(xd.grad.cpu(), leaf.grad)  # type: ignore[union-attr]

@@ -44,17 +44,13 @@ GRAD_STRIDE = 1 if FULL else 4
 # 218 of the table's 446 entries; forward alone 257 and 155).
 REACH_FULL, REACH_DEFAULT = 285, 210
 # Samples compiled mode gets wrong today, with the words of the failure: asserted to fail so, so
-# that a fix shows up as this test failing. ``x[[1, 2]]``: dynamo's fake tensor for an xla
-# tensor indexed by a Python list hits an internal assert of torch's Python dispatcher (a tensor
-# index, ``x[torch.tensor([1, 2])]``, compiles). ``Tensor.cfloat()`` of a 0-d tensor gives
+# that a fix shows up as this test failing. ``Tensor.cfloat()`` of a 0-d tensor gives
 # complex128. The backward of ``Tensor.to`` across devices trips the autograd engine's stream
-# assert. (The last two are in the full run only.)
+# assert. (Both are in the full run only.)
 KNOWN_FORWARD = {
-    "__getitem__": "RuntimeError when making fake tensor call",
     "cfloat": "torch.complex128[], eager torch.complex64[]",
 }
 KNOWN_GRADS = {
-    "__getitem__": "RuntimeError when making fake tensor call",
     "to": "opt_ready_stream && opt_parent_stream",
 }
 

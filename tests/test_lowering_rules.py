@@ -416,6 +416,7 @@ case(aten.fill.Scalar, lambda: (R(3, 4), 1.5))
 case(aten.fill.Tensor, lambda: (I(9, 3), torch.tensor(4)))
 case(aten.zero.default, lambda: (R(3, 4),))
 case(aten.clone.default, lambda: (R(3, 4),))
+case(aten.copy.default, lambda: (R(3, 4), I(9, 4)))  # broadcast into self, cast to its dtype
 case(aten._to_copy.default, lambda: (R(6) * 4,), kwargs=lambda: {"dtype": torch.int32})
 case(aten._to_copy.default, lambda: (SPECIAL().nan_to_num(),), kwargs=lambda: {"dtype": torch.bool})
 case(aten._to_copy.default, lambda: (R(6),), kwargs=lambda: {"dtype": torch.float64})

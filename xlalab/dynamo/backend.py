@@ -27,6 +27,58 @@ def _compiler(label: str, part: str) -> Callable[[fx.GraphModule, list[Any]], Ca
     return compile_part
 
 
+def _flat(index: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for item in index:
+        out.extend(_flat(item) if isinstance(item, list) else [item])
+    return out
+
+
+def _int_list(index: Any) -> bool:
+    """A list of ints (nested lists too): the same index as an integer tensor."""
+    return isinstance(index, list) and bool(index) and all(type(v) is int for v in _flat(index))
+
+
+def _tensor_indices(gm: fx.GraphModule) -> None:
+    """``x[[1, 2]]`` becomes ``x[torch.tensor([1, 2])]``, the same index.
+
+    torch builds an index list's tensor in C++, on the indexed tensor's device and below the
+    Python key, so AOTAutograd would trace it as a constant on xla that it cannot keep. A CPU
+    tensor made in the graph is an ordinary constant (and a CPU index is valid for any device).
+    """
+    import operator
+
+    import torch
+
+    graph = gm.graph
+    changed = False
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not operator.getitem or len(node.args) != 2:
+            continue
+        base, index = node.args
+        example = base.meta.get("example_value") if isinstance(base, fx.Node) else None
+        if not isinstance(example, torch.Tensor):
+            continue
+        # A list holding lists is a tuple of indices to torch (its old multi-dimensional form).
+        as_tuple = isinstance(index, tuple) or (
+            isinstance(index, list) and any(isinstance(v, list) for v in index)
+        )
+        parts = list(index) if as_tuple else [index]
+        new: list[Any] = []
+        for part in parts:
+            if _int_list(part):
+                with graph.inserting_before(node):
+                    new.append(graph.call_function(torch.tensor, (part,)))
+            else:
+                new.append(part)
+        if all(a is b for a, b in zip(new, parts)):
+            continue
+        node.args = (base, tuple(new) if as_tuple else new[0])
+        changed = True
+    if changed:
+        gm.recompile()
+
+
 def backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
     """A dynamo backend: ``torch.compile(fn, backend=xlalab.dynamo.backend)`` or ``backend="xlalab"``."""
     from torch._dynamo.backends.common import aot_autograd
@@ -34,6 +86,7 @@ def backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Cal
 
     integration.install()
     label = report.note_dynamo_graph(gm)
+    _tensor_indices(gm)
     # An inference graph (the optimizer's step) keeps its in-place updates of inputs in the
     # graph: the program writes them back itself, instead of AOTAutograd copying each one into
     # its input after the call (a dispatch per parameter and state tensor, every step).

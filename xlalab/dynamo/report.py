@@ -8,7 +8,8 @@ publishes them on the runtime's event bus:
 event                  fields
 =====================  ===========================================================================
 ``DynamoGraphEvent``   ``function``, ``graph_index``, ``num_ops``, ``code`` (the FX graph's Python)
-``GraphBreakEvent``    ``function``, ``reason`` (dynamo's words), ``frames`` (the user's line first)
+``GraphBreakEvent``    ``function``, ``reason`` (dynamo's words), ``advice`` (the fix, where one is
+                       known), ``frames`` (the user's line first)
 ``RecompileEvent``     ``function``, ``guard`` (dynamo's words), ``explanation`` (plain words:
                        "``x.size(0)`` changed 16 → 15"), ``frames`` (the call that recompiled)
 ``DynamoExecuteEvent`` an ``ExecuteEvent`` for one compiled graph's run, with ``name`` and ``graph``
@@ -48,6 +49,7 @@ class GraphBreakEvent(events.Event):
     kind: str = field(init=False, default="graph_break")
     function: str = ""
     reason: str = ""
+    advice: str = ""  # what to change, for the breaks a user can remove (``break_advice``)
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,9 @@ def summary() -> str:
         for reason, where in rep.breaks:
             at = f"{os.path.basename(where.file)}:{where.line}" if where else "?"
             lines.append(f"  graph break at {at}: {reason}")
+            advice = break_advice(reason)
+            if advice:
+                lines.append(f"    {advice}")
         for _, words, call in rep.recompiles:
             at = f", at {os.path.basename(call.file)}:{call.line}" if call else ""
             lines.append(f"  recompiled: {words}{at}")
@@ -198,12 +203,16 @@ def note_dynamo_graph(gm: Any) -> str:
     cause = getattr(gm, "compile_subgraph_reason", None)
     if cause is not None and getattr(cause, "graph_break", False):
         stack = list(getattr(cause, "user_stack", []) or [])
-        where = Frame(stack[-1].filename, stack[-1].lineno or 0, stack[-1].name) if stack else None
+        # The user's line: the innermost frame outside torch (a break inside torch.optim's step
+        # is at the user's ``opt.step()``).
+        mine = [s for s in stack if not s.filename.startswith(_TORCH_DIR)] or stack
+        where = Frame(mine[-1].filename, mine[-1].lineno or 0, mine[-1].name) if mine else None
         reason = _first_line(str(cause.reason))
         rep.breaks.append((reason, where))
         if listening:
             frames = tuple(Frame(s.filename, s.lineno or 0, s.name) for s in reversed(stack))
-            events.publish(GraphBreakEvent(function=rep.name, reason=reason, frames=frames))
+            advice = break_advice(reason)
+            events.publish(GraphBreakEvent(function=rep.name, reason=reason, advice=advice, frames=frames))
     guard = _recompile_reason() if index == 0 or code is not None else None
     if guard is not None and code is not None and not _RESUME.match(code.co_name):
         words = explain_guard(guard)
@@ -238,6 +247,57 @@ def note_lazy(name: str, why: str) -> None:
 def _first_line(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     return " ".join(lines[:2]) if lines else text
+
+
+# ----------------------------------------------------------------------------- breaks: what to change
+
+# Dynamo's words for a break (a fragment of its reason) -> what the user can change. Breaks that
+# torch makes on purpose say so, so that nobody hunts for a fix that does not exist.
+_BREAK_ADVICE = (
+    (
+        "consumes grad_fns that are needed by tensors returned",
+        "a tensor still alive after the graph holds the loss's autograd graph (the loss itself, "
+        "returned or kept for later): take `value = loss.detach()` before `loss.backward()` and "
+        "keep that, so forward and backward compile as one graph",
+    ),
+    (
+        "Tensor.backward() when trace_autograd_ops is off",
+        "backward() runs between graphs, as dynamo does by default (the backward graph AOTAutograd "
+        "made runs as one program). Dynamo's experimental torch._dynamo.config.trace_autograd_ops "
+        "= True traces it into the graph instead, but in torch 2.13 it silently skips the "
+        "backward of a loss made by an earlier graph (a graph break in the forward): check the "
+        "gradients if you turn it on",
+    ),
+    (
+        "Optimizer.zero_grad",
+        "torch never traces zero_grad(); it runs in Python before the graph and only resets "
+        "`.grad`, so this break costs little",
+    ),
+    (
+        "User-inserted graph break",
+        "a torch.optim step is always a graph of its own (torch's optimizers break the graph "
+        "around step() on purpose); if the break is your own torch._dynamo.graph_break(), "
+        "remove it",
+    ),
+    (
+        "Tensor.item",
+        "a value read inside the compiled function ends the graph: keep it as a tensor "
+        "(torch.where instead of if), or read it after the compiled call",
+    ),
+    (
+        "Pending mutations on a parameter",
+        "the optimizer needs the `.grad` values the graph set: torch.optim steps start a "
+        "graph of their own",
+    ),
+)
+
+
+def break_advice(reason: str) -> str:
+    """What to change for a graph break of this kind ("" when there is no known fix)."""
+    for fragment, advice in _BREAK_ADVICE:
+        if fragment in reason:
+            return advice
+    return ""
 
 
 # ----------------------------------------------------------------------------- guards in plain words

@@ -499,7 +499,8 @@ class Watcher:
             frames,
             "",
             [
-                "the function runs as several graphs, with Python (and eager ops) in between: "
+                getattr(ev, "advice", "")
+                or "the function runs as several graphs, with Python (and eager ops) in between: "
                 "move the line out of the compiled function, or replace it with tensor ops"
             ],
         )

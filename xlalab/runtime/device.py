@@ -174,6 +174,19 @@ def install() -> None:
     fallback_lib = torch.library.Library("_", "IMPL")
     fallback_lib.fallback(_privateuse1_fallback, "PrivateUse1")
     aten_lib = torch.library.Library("aten", "IMPL")
+    # The two allocators also get kernels of their own: under a dispatch mode (dynamo's fake
+    # tensors), torch reaches a Python kernel through a lookup that finds per-op kernels only,
+    # and an index list (``x[[1, 2]]``) allocates on xla below the Python key.
+    aten_lib.impl(
+        "empty.memory_format",
+        lambda size, **kw: _empty(size, kw.get("dtype"), kw.get("device")),
+        "PrivateUse1",
+    )
+    aten_lib.impl(
+        "empty_strided",
+        lambda size, stride, **kw: _empty(size, kw.get("dtype"), kw.get("device"), stride),
+        "PrivateUse1",
+    )
     for op in _FACTORIES:
         aten_lib.impl(
             op._schema.name.split("::")[-1]

@@ -773,6 +773,25 @@ def _alias(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     return t
 
 
+def _lift_fresh(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A tensor torch built from Python data (``x[[1, 2]]``'s index list). While dynamo traces
+    with fake tensors, the xla tensor torch built below the Python key becomes a fake one like
+    every other tensor of the trace, keeping its values as the fake's constant."""
+    mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+    if mode is None:
+        return _alias(func, args, kwargs)
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    src = args[0]
+    # Made with every mode set aside, not by an op: a graph traced from here records the lift
+    # of ``src`` alone (as its constant).
+    with _disable_current_modes():
+        host = to_cpu(src, "constant")
+        meta = torch.empty_strided(host.shape, host.stride(), dtype=host.dtype, device="meta")
+    return FakeTensor(mode, meta, src.device, constant=host)
+
+
 def _copy_(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     dst, src = args[0], args[1]
     if not isinstance(dst, XlaTensor):
@@ -1019,7 +1038,7 @@ RANDOM_OPS = {
 _SPECIAL: dict[OpOverload, Handler] = {
     aten.detach.default: _alias,
     aten.alias.default: _alias,
-    aten.lift_fresh.default: _alias,
+    aten.lift_fresh.default: _lift_fresh,
     aten.copy_.default: _copy_,
     aten._to_copy.default: _to_copy,
     aten._local_scalar_dense.default: _local_scalar_dense,

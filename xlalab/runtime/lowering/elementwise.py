@@ -609,6 +609,13 @@ def _zero(x: Array) -> Array:
     return jnp.zeros_like(x)
 
 
+@lowering(aten.copy.default)
+def _copy(x: Array, src: Array, non_blocking: bool = False) -> Array:
+    # Functional ``copy_`` (what functionalization and AOTAutograd write): ``x``'s shape and
+    # dtype, ``src``'s values broadcast into it.
+    return jnp.broadcast_to(src.astype(x.dtype), x.shape)
+
+
 @lowering(aten.clone.default)
 def _clone(x: Array, memory_format: Any = None) -> Array:
     return x  # JAX arrays are immutable: a clone is the value itself.

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 from torch._ops import OpOverload
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import tensor as rt
 
@@ -179,7 +180,10 @@ _COPY_LIB: torch.library.Library | None = None
 
 
 def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
-    return rt._copy_(aten.copy_.default, (dst, src), {})
+    # While dynamo traces, an index list's values are real (torch builds them below the Python
+    # key, as constants of the graph): copy them with fake mode set aside.
+    with unset_fake_temporarily():
+        return rt._copy_(aten.copy_.default, (dst, src), {})
 
 
 def _efficientzerotensor(
