@@ -200,6 +200,30 @@ def test_graph_break_and_recompile_are_reported(dev: torch.device) -> None:
     text = dynamo.summary()
     assert f"graph break at test_dynamo.py:{break_line}: Unsupported Tensor.item() call" in text
     assert f"recompiled: `x.size(0)` changed 16 → 15, at test_dynamo.py:{call_line}" in text
+    # What to change, beside dynamo's reason (the lab shows it under the finding).
+    brk = next(e for e in seen if isinstance(e, dynamo.GraphBreakEvent))
+    assert "keep it as a tensor" in brk.advice and brk.advice in text
+
+
+def test_breaks_in_a_train_step_name_the_users_lines(dev: torch.device) -> None:
+    # The backward break and torch.optim's own break around step(), each at the user's line
+    # (not inside torch.optim), with what to change or that nothing needs to.
+    dynamo.reset()
+    w = WORKLOADS["mlp"]
+    model = w.make_model(0).to(dev)
+    opt = w.make_optimizer(model.parameters())
+    torch.compile(train_step, backend="xlalab")(w, model, opt, *w.make_batch(0, 4, dev))
+    (rep,) = [r for r in dynamo.compiled_functions() if r.name == "train_step"]
+    lines, first = inspect.getsourcelines(train_step)
+    line_of = {text.split("#")[0].strip(): first + i for i, text in enumerate(lines)}
+    where = {reason.split(" Explanation")[0]: w for reason, w in rep.breaks}
+    backward = where["Unsupported Tensor.backward() call"]
+    assert backward is not None and backward.line == line_of["loss.backward()"]
+    step = where["Call to `torch._dynamo.graph_break()`"]
+    assert step is not None and step.line == line_of["opt.step()"] and step.file.endswith("workloads.py")
+    text = dynamo.summary()
+    assert "a torch.optim step is always a graph of its own" in text
+    assert "backward() runs between graphs" in text
 
 
 def test_explain_guard_in_plain_words() -> None:

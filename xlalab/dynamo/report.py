@@ -261,7 +261,7 @@ _BREAK_ADVICE = (
         "keep that, so forward and backward compile as one graph",
     ),
     (
-        "Tensor.backward() when trace_autograd_ops is off",
+        "Unsupported Tensor.backward() call",
         "backward() runs between graphs, as dynamo does by default (the backward graph AOTAutograd "
         "made runs as one program). Dynamo's experimental torch._dynamo.config.trace_autograd_ops "
         "= True traces it into the graph instead, but in torch 2.13 it silently skips the "
