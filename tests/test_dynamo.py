@@ -321,12 +321,15 @@ def test_compiled_function_in_eager_mode(dev: torch.device) -> None:
         lambda x: x[[3, 0], [2, 1]],
         lambda x: x[[[0, 1], [2, 1]]],
         lambda x: x[:, [2, 0, 2]],
+        lambda x: x[[True, False, True, False]],  # a mask: a graph break, then runs lazily
     ],
-    ids=["list", "two-lists", "nested-list", "list-in-second-dim"],
+    ids=["list", "two-lists", "nested-list", "list-in-second-dim", "bool-list"],
 )
 def test_index_lists_in_a_compiled_function(index: object, dev: torch.device) -> None:
     # torch builds an index list's tensor in C++, below the Python key; under dynamo's fake
-    # tensors that tensor must become a fake one, and its values the graph's constant.
+    # tensors that tensor must become a fake one, and its values the graph's constant. A mask
+    # breaks the graph; the eager part after the break makes xlalab's events, whose generated
+    # dataclass methods dynamo must not trace as user code.
     fn = index  # type: ignore[assignment]
 
     def step(x: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,8 @@ make dynamo and AOTAutograd see them as what they are, device tensors on ``xla``
 (as torch_xla's C++ tensors are):
 
 - dynamo wraps an ``XlaTensor`` as a tensor (a fake tensor on ``xla`` while tracing);
-- dynamo never traces xlalab's own machinery (the runtime runs in eager between graphs);
+- dynamo never traces xlalab's own machinery (the runtime runs in eager between graphs), the
+  methods that ``dataclasses`` generate for its classes included;
 - AOTAutograd accepts an ``XlaTensor`` where it expects a plain tensor's gradient;
 - a compiled optimizer keeps its step counters on xla (``capturable``), as dynamo does on CUDA.
 
@@ -70,9 +71,30 @@ def install() -> None:
     _capturable_optimizers_on_xla()
     for name in _INFRASTRUCTURE:
         trace_rules.add(name)
+    _skip_generated_methods()
     from .backend import register
 
     register()
+
+
+def _skip_generated_methods() -> None:
+    """The methods ``dataclasses`` and ``namedtuple`` write for xlalab's classes (``__init__``,
+    ``__eq__``...) are compiled from text, so their code lives in no file and dynamo's
+    skip-by-module rule misses them. Called from the eager part of a compiled function (an
+    event made after a graph break), dynamo would trace them as user code; they are skipped
+    like the rest of xlalab's machinery."""
+    from torch._dynamo.eval_frame import skip_code
+
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not module_name.startswith(_INFRASTRUCTURE):
+            continue
+        for value in list(vars(module).values()):
+            if not isinstance(value, type) or value.__module__ != module_name:
+                continue
+            for member in vars(value).values():
+                code = getattr(getattr(member, "__func__", member), "__code__", None)
+                if code is not None and not code.co_filename.endswith(".py"):
+                    skip_code(code)
 
 
 def _capturable_optimizers_on_xla() -> None:
