@@ -169,6 +169,21 @@ SCRIPT = textwrap.dedent(
         xmp.spawn(diverge)
     except Exception as e:
         out["diverged"] = [type(e).__name__, str(e)]
+
+    def rank_only(index):
+        device = xm.xla_device()
+        x = torch.full((2,), float(index + 1), device=device)
+        extra = x * 3 if index == 0 else None  # work on one replica only, pending with the others'
+        s = xm.all_reduce(xm.REDUCE_SUM, x)
+        g = xm.all_gather(x.reshape(1, 2), dim=0)
+        own = g.sum() * 10 if index == 0 else None  # one replica uses a collective's result
+        xm.mark_step()
+        return {
+            "sum": s.cpu().tolist(),
+            "extra": None if extra is None else extra.cpu().tolist(),
+            "own": None if own is None else own.item(),
+        }
+    out["rank_only"] = xmp.spawn(rank_only)
     print("RESULT " + json.dumps(out), flush=True)
     """
 )
@@ -259,6 +274,15 @@ def test_collectives_and_loaders_under_spawn(four: dict) -> None:
         assert r["mesh"] == 60
     kind, message = four["diverged"]
     assert kind == "ReplicaError" and "diverged" in message and "odd one out" in message
+
+
+def test_work_on_one_replica_beside_collectives(four: dict) -> None:
+    # The replicas' graphs differ (replica 0 computes more, some of it from a collective's
+    # result): the collectives run as one replicated program, the rest on each device.
+    replicas = four["rank_only"]
+    assert [r["sum"] for r in replicas] == [[10.0, 10.0]] * 4
+    assert replicas[0]["extra"] == [3.0, 3.0] and replicas[0]["own"] == 200.0
+    assert all(r["extra"] is None and r["own"] is None for r in replicas[1:])
 
 
 # --------------------------------------------------------------------------- this process

@@ -50,9 +50,8 @@ PROGRAM = textwrap.dedent(
         r = t.clone(); dist.reduce(r, dst=world - 1); out["reduce"] = r
         pieces = [torch.zeros(4, device=device) for _ in range(world)] if rank == 0 else None
         dist.gather(t, pieces, dst=0)
-        # (Stacked on the host: a rank-only op on the device would make the replicas' next
-        # step programs differ.)
-        out["gather"] = torch.stack([p.cpu() for p in pieces]) if rank == 0 else torch.zeros(world, 4)
+        # Stacked on the device by the root alone: its graph differs from the other ranks'.
+        out["gather"] = torch.stack(pieces) if rank == 0 else torch.zeros(world, 4, device=device)
         mine = torch.zeros(3, device=device)
         given = [torch.full((3,), 10.0 * i).to(device) for i in range(world)] if rank == 1 else None
         dist.scatter(mine, given, src=1); out["scatter"] = mine

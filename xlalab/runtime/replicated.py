@@ -24,8 +24,10 @@ sync that means:
    replicas' own device buffers (no copies), then hand each replica its output shards.
 
 Graphs that differ between replicas and contain no collective run device by device, as
-they would without a group; with a collective they are an error that says where they
-differ. Reading a value that needs no collective (``loss.item()`` before the step ends)
+they would without a group. Graphs that differ around the same collectives (the root of a
+gather stacking what it received) run in two parts: the collectives and what they read as
+one replicated program, then each replica's remainder on its device. Collectives that
+differ are an error that says where. Reading a value that needs no collective (``loss.item()`` before the step ends)
 runs on the replica's own device without waiting for the others.
 
 Past one machine the same happens through JAX's distributed runtime: the mesh holds every
@@ -583,6 +585,10 @@ def execute(
             "must run the same steps"
         )
     if group.world_size == 1 or not _same_program(graphs) or len(graphs) < len(group.devices):
+        if width > 1 and len(graphs) == len(group.devices):
+            split = _collectives_apart(group, graphs, devices, reason)
+            if split is not None:
+                return split
         if width > 1:
             raise ReplicaError(
                 f"the replicas recorded different graphs ({_difference(graphs, devices)}), and they contain "
@@ -633,6 +639,61 @@ def execute(
                 )
             )
     return per_replica
+
+
+def _collective_values(g: graph.Graph) -> list[Node]:
+    """The values ``g``'s collectives give: each single-output collective, and each output a
+    multi-output one (an all-reduce of several tensors) gives to the rest of the graph."""
+    out: list[Node] = []
+    seen: set[int] = set()
+    for n in g.nodes:
+        if n.op in graph.COLLECTIVES and n.shape is not None:
+            picked = n
+        elif n.op is ir.ITEM and n.src[0].op in graph.COLLECTIVES:
+            picked = n
+        else:
+            continue
+        if id(picked) not in seen:
+            seen.add(id(picked))
+            out.append(picked)
+    return out
+
+
+def _substituted(g: graph.Graph, values: dict[int, Node]) -> list[Node]:
+    """``g``'s roots with the nodes in ``values`` (by id) replaced, and every node above them
+    rebuilt over the replacements (nodes are never changed in place: other graphs share them)."""
+    new: dict[int, Node] = {}
+    for n in g.nodes:  # operands come before their users
+        if id(n) in values:
+            new[id(n)] = values[id(n)]
+            continue
+        src = tuple(new.get(id(s), s) for s in n.src)
+        if all(a is b for a, b in zip(src, n.src)):
+            new[id(n)] = n
+        else:
+            new[id(n)] = Node(n.op, src, n.arg, n.shape, n.dtype, n.device, n.value, n.outs, n.frames)
+    return [new[id(g.nodes[r])] for r in g.roots]
+
+
+def _collectives_apart(
+    group: ReplicaGroup, graphs: list[graph.Graph], devices: list[int], reason: str
+) -> list[list[Any]] | None:
+    """Replicas that recorded different graphs around the same collectives (the root of a
+    ``gather`` stacking what it received, on its own device): the collectives and what they
+    read run first as one replicated program, then each replica's own remainder on its device.
+    None if the collectives' parts differ too (that is an error the caller reports)."""
+    firsts = [graph.linearize(_collective_values(g)) for g in graphs]
+    if not _same_program(firsts):
+        return None
+    values = execute(group, firsts, devices, reason)
+    results = []
+    for g, first, arrays in zip(graphs, firsts, values):
+        done = {
+            id(first.nodes[r]): ir.data(a, first.nodes[r].shape, first.nodes[r].dtype, first.nodes[r].device)  # type: ignore[arg-type]
+            for r, a in zip(first.roots, arrays)
+        }
+        results.append(graph.execute(_substituted(g, done), reason))
+    return results
 
 
 def _global_inputs(group: ReplicaGroup, graphs: list[graph.Graph]) -> tuple[list[Any], Any, tuple[bool, ...]]:
