@@ -366,13 +366,27 @@ def mark_inside(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.relu(h).sum(0) * 2
 
 
-try:  # first: dynamo keeps the frame's graphs, a later fullgraph compile would reuse them
-    torch.compile(mark_inside, backend="openxla", fullgraph=True)(xcx, xcw)
-except Exception as e:
-    errors["compiled_fullgraph"] = str(e)
+# mark_sharding is traced as the op xla::dynamo_mark_sharding: one graph, even with fullgraph.
+import xlalab.dynamo as xdynamo  # noqa: E402
+
+xdynamo.reset()
 expected = torch.relu(cx @ cw.T).sum(0) * 2
-out["mark_inside_close"] = bool(torch.allclose(torch.compile(mark_inside, backend="openxla")(xcx, xcw).cpu(),
-                                               expected, atol=1e-4))  # fmt: skip
+marked = torch.compile(mark_inside, backend="openxla", fullgraph=True)(xcx, xcw)
+out["mark_inside_close"] = bool(torch.allclose(marked.cpu(), expected, atol=1e-4))
+out["mark_inside_graphs"] = sum(f.num_graphs for f in xdynamo.compiled_functions())
+# The partitioned product's shape on each device: the constraint's (data, model) blocks.
+out["mark_inside_dots"] = sorted({
+    line.split("=")[1].split()[0]
+    for f in xdynamo.compiled_functions() for g in f.graphs for p in g.programs
+    for line in p.executable.as_text().splitlines() if " dot(" in line
+})  # fmt: skip
+# torch_xla's own spelling: the op, called directly.
+ids, rows = list(range(8)), "('data', None)"
+marked_op = torch.compile(
+    lambda x: torch.ops.xla.dynamo_mark_sharding(x * 2, ids, [2, 4], "('data', 'model')", rows).sum(),
+    backend="openxla",
+)(xcx)
+out["mark_op_close"] = bool(torch.allclose(marked_op.cpu(), (cx * 2).sum(), atol=1e-4))
 
 # Op by op (the OPBYOP modes' runner): each node's program compiled for its operands' shardings.
 opm = mlp().to("xla")

@@ -196,10 +196,12 @@ def test_fsdpv2_gpt2_under_torch_compile_trains_as_on_one_device(report: dict[st
 
 
 def test_mark_sharding_inside_a_compiled_function(report: dict[str, Any]) -> None:
-    # Dynamo runs mark_sharding between two graphs; the value is re-laid out there.
-    assert report["mark_inside_close"]
-    assert "P('data', 'model')" in report["compiled_input_specs"]  # the second graph's input
-    assert "mark_sharding" in report["errors"]["compiled_fullgraph"]
+    # Traced as the op xla::dynamo_mark_sharding, a constraint in the one graph (fullgraph=True
+    # compiles): the partitioned (16, 32) product is (8, 8) per device, the constraint's
+    # (data, model) blocks, not the (16, 8) the weight's row split alone gives.
+    assert report["mark_inside_close"] and report["mark_inside_graphs"] == 1
+    assert report["mark_inside_dots"] == ["f32[8,8]{1,0}"], report["mark_inside_dots"]
+    assert report["mark_op_close"]  # torch_xla's spelling, the op called directly
 
 
 def test_op_by_op_runs_each_node_over_the_mesh(report: dict[str, Any]) -> None:

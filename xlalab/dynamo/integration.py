@@ -38,7 +38,8 @@ _INFRASTRUCTURE = (
     "xlalab.utils",
     "xlalab.distributed",
     "xlalab.amp",
-    "xlalab.experimental",
+    # (Not the rest of xlalab.experimental: dynamo traces dynamo_mark_sharding's code.)
+    "xlalab.experimental.spmd_fully_sharded_data_parallel",
     "xlalab.tools",
     "xlalab.compat",
     # The runtime's compiler: its Python runs between graphs too, never inside one.
@@ -69,6 +70,7 @@ def install() -> None:
 
     builder.infer_subclass_type = infer_subclass_type
     _capturable_optimizers_on_xla()
+    _mark_sharding_in_graph()
     for name in _INFRASTRUCTURE:
         trace_rules.add(name)
     _skip_generated_methods()
@@ -95,6 +97,17 @@ def _skip_generated_methods() -> None:
                 code = getattr(getattr(member, "__func__", member), "__code__", None)
                 if code is not None and not code.co_filename.endswith(".py"):
                     skip_code(code)
+
+
+def _mark_sharding_in_graph() -> None:
+    """``xs.mark_sharding`` in a compiled function: traced as the op ``xla::dynamo_mark_sharding``
+    (a sharding constraint in the graph) instead of a graph break around a call into xlalab."""
+    from torch._dynamo import substitute_in_graph
+
+    from xlalab.distributed.spmd import xla_sharding
+    from xlalab.experimental.dynamo_mark_sharding import mark_sharding_in_graph
+
+    substitute_in_graph(xla_sharding.mark_sharding, skip_signature_check=True)(mark_sharding_in_graph)
 
 
 def _capturable_optimizers_on_xla() -> None:

@@ -27,8 +27,9 @@ Graphs that differ between replicas and contain no collective run device by devi
 they would without a group. Graphs that differ around the same collectives (the root of a
 gather stacking what it received) run in two parts: the collectives and what they read as
 one replicated program, then each replica's remainder on its device. Collectives that
-differ are an error that says where. Reading a value that needs no collective (``loss.item()`` before the step ends)
-runs on the replica's own device without waiting for the others.
+differ are an error that says where. Reading a value that needs no collective
+(``loss.item()`` before the step ends) runs on the replica's own device without waiting for
+the others.
 
 Past one machine the same happens through JAX's distributed runtime: the mesh holds every
 process's devices, each process presents its local shards, and XLA's collectives cross

@@ -49,6 +49,9 @@ class Mesh:
         self.device_ids = ids
         self.mesh_shape = shape
         self.axis_names = names
+        # The mesh as ``xla::dynamo_mark_sharding`` takes it (plain constants that dynamo reads
+        # while tracing ``mark_sharding`` in a compiled function).
+        self.dynamo_arguments = ([int(i) for i in ids.tolist()], list(shape), repr(names))
 
     def size(self) -> int:
         return int(self.device_ids.size)

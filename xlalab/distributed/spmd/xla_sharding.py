@@ -184,12 +184,18 @@ def apply_spec(t: XlaTensor, spec: sharding.ShardingSpec) -> None:
 
 
 def mark_sharding(
-    t: torch.Tensor | XLAShardedTensor, mesh: Mesh, partition_spec: Sequence[PartitionEntry]
+    t: torch.Tensor | XLAShardedTensor,
+    mesh: Mesh,
+    partition_spec: Sequence[PartitionEntry],
+    use_dynamo_custom_op: bool = False,
 ) -> XLAShardedTensor:
     """Shard ``t`` over ``mesh``: dimension ``i`` is split over the mesh axes ``partition_spec[i]``
     names (an index or name, a tuple of them, or None to keep it whole)::
 
         xs.mark_sharding(x, mesh, ("data", None))      # rows over the data axis
+
+    Inside a compiled function it is the op ``xla::dynamo_mark_sharding`` in the graph, whatever
+    ``use_dynamo_custom_op`` says (torch_xla's switch for that; accepted, not needed).
     """
     _require_spmd("mark_sharding")
     xt = _xla_tensor(t, "mark_sharding")
