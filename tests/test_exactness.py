@@ -123,6 +123,31 @@ def test_computes_in_torchs_dtype(name: str, fn: Callable[[Any], Any]) -> None:
     differential(fn)
 
 
+# Division's promotion depends on its rounding mode: true division promotes integers to float,
+# trunc and floor compute in the operands' common dtype (a 0-d int64 -1 is uint8 255 there).
+_DIVISORS = {
+    "0-d int64": lambda d: torch.tensor(-1, device=d),
+    "int8": lambda d: torch.tensor([-7, 5, 100], dtype=torch.int8, device=d),
+    "float32": lambda d: torch.tensor([-2.5, 3.0, 7.5], device=d),
+    "bool": lambda d: torch.tensor([True, True, True], device=d),
+    "python -3": lambda d: -3,
+    "python 2.5": lambda d: 2.5,
+}
+
+
+@pytest.mark.parametrize("mode", [None, "trunc", "floor"])
+@pytest.mark.parametrize("other", sorted(_DIVISORS))
+def test_division_computes_in_the_dtype_its_rounding_mode_picks(mode: str | None, other: str) -> None:
+    make = _DIVISORS[other]
+
+    def both_ways(d: Any) -> tuple[torch.Tensor, ...]:
+        o = make(d)
+        out = (torch.div(U8.to(d), o, rounding_mode=mode),)
+        return (*out, torch.div(o, U8.to(d), rounding_mode=mode)) if isinstance(o, torch.Tensor) else out
+
+    differential(both_ways)
+
+
 # --------------------------------------------------------------------------- aliasing
 
 

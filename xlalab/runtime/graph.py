@@ -246,11 +246,11 @@ def _promotion(n: Node) -> tuple[torch.dtype, tuple[int, ...], tuple[str, ...]] 
     """
     if not isinstance(n.op, torch._ops.OpOverload) or type(n.arg) is not tuple or len(n.arg) != 2:
         return None
-    rule = promotion.rule(n.op)
-    if rule is None:
-        return None
     tpl, ktpl = n.arg
     kwargs = dict(ktpl)
+    rule = promotion.rule_for(n.op, kwargs)
+    if rule is None:
+        return None
     operands: list[Any] = []
     for p, name in zip(rule.positions, rule.names):
         a = tpl[p] if p < len(tpl) else kwargs.get(name)

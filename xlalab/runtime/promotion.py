@@ -40,6 +40,14 @@ _ALIASES = {
     torch.ops.aten.div.Tensor: "true_divide",
     torch.ops.aten.div.Scalar: "true_divide",
 }
+# aten overloads whose reference, and so whose promotion, depends on an argument's value: the
+# argument's name and the reference for each value. (``div(rounding_mode=)`` dispatches to three
+# references: true division promotes integers to float, the other two compute in the operands'
+# common dtype, so ``-1 // uint8(255)`` divides 255 by 255.)
+_BY_ARGUMENT: dict[OpOverload, tuple[str, dict[Any, str]]] = {
+    op: ("rounding_mode", {None: "true_divide", "trunc": "trunc_divide", "floor": "floor_divide"})
+    for op in (torch.ops.aten.div.Tensor_mode, torch.ops.aten.div.Scalar_mode)
+}
 
 _REF_MODULES = (torch._refs, torch._refs.special, torch._refs.nn.functional)
 
@@ -90,9 +98,20 @@ _SELF_TYPED: dict[str, tuple[str, ...]] = {
 }
 
 
+def rule_for(op: OpOverload, kwargs: dict[str, Any]) -> Rule | None:
+    """The promotion rule of one call of ``op`` (its keyword arguments may choose the reference)."""
+    by_argument = _BY_ARGUMENT.get(op)
+    if by_argument is None:
+        return rule(op)
+    argument, references = by_argument
+    reference = references.get(kwargs.get(argument))
+    return None if reference is None else rule(op, reference)
+
+
 @functools.cache
-def rule(op: OpOverload) -> Rule | None:
-    """The promotion rule of an aten overload, or None when torch has no elementwise reference."""
+def rule(op: OpOverload, reference: str | None = None) -> Rule | None:
+    """The promotion rule of an aten overload (by its reference, or the one named), or None when
+    torch has no elementwise reference for it."""
     namespace, _, name = op._schema.name.partition("::")
     if namespace == "aten" and name in _SELF_TYPED:
         args = [a for a in op._schema.arguments if not a.kwarg_only]
@@ -103,7 +122,7 @@ def rule(op: OpOverload) -> Rule | None:
         return None
     if namespace != "aten" or name.endswith("_") or not name:
         return None  # prims take operands already promoted; in-place ops record their functional twin
-    name = _ALIASES.get(op, name)
+    name = reference or _ALIASES.get(op, name)
     ref = _reference(name)
     found = _wrapper_of(ref) if ref is not None else None
     if found is None:
