@@ -113,6 +113,9 @@ U8 = torch.tensor([100, 200, 7], dtype=torch.uint8)
         ("where with a negative int on uint8",
          lambda d: torch.where(torch.tensor([True, False, True], device=d), U8.to(d), -1)),
         ("clamp uint8 with a negative bound", lambda d: U8.to(d).clamp(min=-3)),
+        ("clamp_max uint8 by a 0-d -1", lambda d: U8.to(d).clamp_max(torch.tensor(-1, device=d))),
+        ("clamp_min uint8 by -3", lambda d: torch.clamp_min(U8.to(d), -3)),
+        ("clamp_max uint8 by a float", lambda d: torch.clamp_max(U8.to(d), torch.tensor(50.5, device=d))),
         ("int32 + int64 0-d stays int32", lambda d: torch.tensor([7], dtype=torch.int32, device=d)
          + torch.tensor(2**40, device=d)),
         ("True vs 1 fills", lambda d: (torch.full((2,), True, device=d), torch.full((2,), 1, device=d))),

@@ -39,6 +39,11 @@ class Rule(NamedTuple):
 _ALIASES = {
     torch.ops.aten.div.Tensor: "true_divide",
     torch.ops.aten.div.Scalar: "true_divide",
+    # clamp(self, min) and clamp(self, max): the bound promotes with self as in clamp.
+    torch.ops.aten.clamp_min.Tensor: "clamp",
+    torch.ops.aten.clamp_min.default: "clamp",
+    torch.ops.aten.clamp_max.Tensor: "clamp",
+    torch.ops.aten.clamp_max.default: "clamp",
 }
 # aten overloads whose reference, and so whose promotion, depends on an argument's value: the
 # argument's name and the reference for each value. (``div(rounding_mode=)`` dispatches to three
@@ -128,22 +133,39 @@ def rule(op: OpOverload, reference: str | None = None) -> Rule | None:
     if found is None:
         return None
     wrapper, signature = found
-    ref_params = list(signature.parameters)
     schema_args = [a for a in op._schema.arguments if not a.kwarg_only]
-    positions: list[int] = []
-    names: list[str] = []
-    for ref_name in wrapper.type_promoting_arg_names or ():
-        if ref_name not in ref_params:
+    promoting = tuple(wrapper.type_promoting_arg_names or ())
+    ref_params = list(signature.parameters)
+    found_at = _by_position(promoting, ref_params, schema_args) or _by_name(promoting, schema_args)
+    if found_at is None or any(not _is_operand(schema_args[i]) for i in found_at):
+        return None  # the reference and the schema disagree: trust neither
+    return Rule(found_at, tuple(schema_args[i].name for i in found_at), wrapper.type_promotion_kind)
+
+
+def _by_position(
+    promoting: tuple[str, ...], ref_params: list[str], schema_args: list[Any]
+) -> tuple[int, ...] | None:
+    """Where the reference's promoting parameters sit, when the schema lists its arguments in
+    the reference's order."""
+    at = []
+    for ref_name in promoting:
+        if ref_name not in ref_params or ref_params.index(ref_name) >= len(schema_args):
             return None
-        i = ref_params.index(ref_name)
-        if i >= len(schema_args):
-            return None  # the reference and the schema disagree: trust neither
-        arg_type = str(schema_args[i].type)
-        if "Tensor" not in arg_type and "number" not in arg_type:
-            return None
-        positions.append(i)
-        names.append(schema_args[i].name)
-    return Rule(tuple(positions), tuple(names), wrapper.type_promotion_kind)
+        at.append(ref_params.index(ref_name))
+    return tuple(at)
+
+
+def _by_name(promoting: tuple[str, ...], schema_args: list[Any]) -> tuple[int, ...] | None:
+    """The schema's arguments that the reference promotes, matched by name (``self`` is the
+    reference's ``a``): for an op that is a special case of its reference (``clamp_max``)."""
+    names = [("a" if a.name == "self" else a.name) for a in schema_args]
+    at = tuple(i for i, n in enumerate(names) if n in promoting)
+    return at if at and at[0] == 0 else None
+
+
+def _is_operand(arg: Any) -> bool:
+    arg_type = str(arg.type)
+    return "Tensor" in arg_type or "number" in arg_type
 
 
 def compute_dtype(rule_: Rule, operands: list[Any]) -> torch.dtype | None:
