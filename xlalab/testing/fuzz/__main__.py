@@ -31,6 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--save", action="store_true", help="save each shrunk finding under tests/fuzz/regressions/"
     )
+    parser.add_argument(
+        "--compiled",
+        action="store_true",
+        help='run each program inside torch.compile(..., backend="xlalab") instead of lazily',
+    )
     args = parser.parse_args(argv)
 
     # Programs deliberately hit eager's own warnings (std of one element...): not news.
@@ -44,9 +49,18 @@ def main(argv: list[str] | None = None) -> int:
     journal = Path(tempfile.gettempdir()) / f"xlalab-fuzz-{os.getpid()}.json"
     print(f"fuzzing: up to {args.programs} programs, seed {args.seed}", flush=True)
     print(f"(should the process die, the program it was running is in {journal})", flush=True)
-    report = run_campaign(args.programs, args.seed, args.seconds, on_finding=on_finding, journal=journal)
+    checker = None
+    if args.compiled:
+        from . import compiled
+
+        checker = compiled.check
+    report = run_campaign(
+        args.programs, args.seed, args.seconds, on_finding=on_finding, journal=journal, checker=checker
+    )
     journal.unlink(missing_ok=True)
     print("\n" + report.summary(len(MENU)))
+    if args.compiled:
+        print(compiled.STATS.summary())
     return 1 if report.findings else 0
 
 

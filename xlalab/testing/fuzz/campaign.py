@@ -62,8 +62,16 @@ class Report:
 class _Round:
     """One hypothesis run: counts the programs it explores, shrinks the first new finding."""
 
-    def __init__(self, report: Report, known: set[str], deadline: float | None, journal: Path | None) -> None:
+    def __init__(
+        self,
+        report: Report,
+        known: set[str],
+        deadline: float | None,
+        journal: Path | None,
+        checker: Callable[[Program], Finding | None],
+    ) -> None:
         self.journal = journal
+        self.checker = checker
         self.report = report
         self.known = known
         self.deadline = deadline
@@ -81,7 +89,7 @@ class _Round:
         if self.journal is not None:
             # A crash of the process itself (an abort in native code) leaves the culprit here.
             self.journal.write_text(program.to_json())
-        finding = check(program)
+        finding = self.checker(program)
         if finding is None:
             return
         if self.target is None:
@@ -125,18 +133,22 @@ def run_campaign(
     on_finding: Callable[[Finding, Program], None] | None = None,
     known: set[str] | None = None,
     journal: Path | None = None,
+    checker: Callable[[Program], Finding | None] | None = None,
 ) -> Report:
     """Run up to ``n_programs`` programs (or until ``seconds`` pass) and shrink each new finding.
 
     ``journal``, if given, holds the program being run, as JSON (see ``save_regression``).
+    ``checker`` runs one program against eager (default: lazy mode, ``differential.check``;
+    compiled mode is ``compiled.check``).
     """
+    checker = check if checker is None else checker
     report = Report()
     known = set() if known is None else known
     start = time.monotonic()
     deadline = start + seconds if seconds is not None else None
     round_no = 0
     while report.programs < n_programs and (deadline is None or time.monotonic() < deadline):
-        one_round = _Round(report, known, deadline, journal)
+        one_round = _Round(report, known, deadline, journal, checker)
         run = settings(
             max_examples=min(ROUND, n_programs - report.programs),
             database=None,
