@@ -126,6 +126,18 @@ def test_computes_in_torchs_dtype(name: str, fn: Callable[[Any], Any]) -> None:
     differential(fn)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_log_softmax_has_eagers_bits(dtype: torch.dtype) -> None:
+    # Eager's last-dim half kernel rounds the sum and its log to the input's dtype; along
+    # other dims it keeps float32. Softmax along the last dim keeps float32 throughout: it
+    # lands on eager's bits but for the odd last-ulp difference of the two libraries' exp.
+    x = (torch.randn(12, 33, generator=torch.Generator().manual_seed(0)) * 3).to(dtype)
+    for dim in (1, 0):
+        assert torch.equal(torch.log_softmax(x.to(DEV), dim).cpu(), torch.log_softmax(x, dim)), dim
+    ulp = torch.finfo(dtype).eps
+    assert (torch.softmax(x.to(DEV), 1).cpu().float() - torch.softmax(x, 1).float()).abs().max() <= ulp
+
+
 # Division's promotion depends on its rounding mode: true division promotes integers to float,
 # trunc and floor compute in the operands' common dtype (a 0-d int64 -1 is uint8 255 there).
 _DIVISORS = {

@@ -356,19 +356,15 @@ def _out_dtype(x: Array, half_to_float: bool) -> jnp.dtype:
     return jnp.float32 if half_to_float else x.dtype
 
 
-def _exp_sum(x: Array, shifted: Array, ax: tuple[int, ...] | None, half_to_float: bool) -> Array:
-    """sum(exp(shifted)) over ``ax``, in float32 for half inputs, rounded as eager rounds it.
-
-    Eager's kernel along the last dim keeps this sum in a buffer of the input's dtype,
-    so for half inputs it is rounded to half precision before the division or the log;
-    along other dims it stays float32. Doing the same gives eager's bits, not just its
-    precision.
-    """
-    total = jnp.sum(safe_exp(shifted), axis=ax, keepdims=True)
+def _half_along_last(x: Array, ax: tuple[int, ...] | None, half_to_float: bool) -> bool:
+    """Whether eager's half-precision last-dim kernel runs: it keeps intermediates in the
+    input's dtype where the other kernels keep float32."""
     last = x.ndim <= 1 or ax == (x.ndim - 1,)
-    if x.dtype in (jnp.float16, jnp.bfloat16) and last and not half_to_float:
-        total = total.astype(x.dtype).astype(total.dtype)
-    return total
+    return x.dtype in (jnp.float16, jnp.bfloat16) and last and not half_to_float
+
+
+def _rounded(v: Array, x: Array) -> Array:
+    return v.astype(x.dtype).astype(v.dtype)
 
 
 @lowering(aten._softmax.default)
@@ -377,7 +373,9 @@ def _softmax(x: Array, dim: int, half_to_float: bool = False) -> Array:
         return x.astype(_out_dtype(x, half_to_float))
     xf, ax = compute_float(x), axes(x, dim)
     shifted = xf - jnp.max(xf, axis=ax, keepdims=True)
-    return (safe_exp(shifted) / _exp_sum(x, shifted, ax, half_to_float)).astype(_out_dtype(x, half_to_float))
+    exp = safe_exp(shifted)
+    # In float32 and rounded once, as eager's kernels do (its last-dim half kernel included).
+    return (exp / jnp.sum(exp, axis=ax, keepdims=True)).astype(_out_dtype(x, half_to_float))
 
 
 @lowering(aten._log_softmax.default)
@@ -386,8 +384,12 @@ def _log_softmax(x: Array, dim: int, half_to_float: bool = False) -> Array:
         return x.astype(_out_dtype(x, half_to_float))
     xf, ax = compute_float(x), axes(x, dim)
     shifted = xf - jnp.max(xf, axis=ax, keepdims=True)
-    out = shifted - jnp.log(_exp_sum(x, shifted, ax, half_to_float))
-    return out.astype(_out_dtype(x, half_to_float))
+    total = jnp.sum(safe_exp(shifted), axis=ax, keepdims=True)
+    half_last = _half_along_last(x, ax, half_to_float)
+    # Eager's half last-dim kernel stores the sum, then its log, in the input's dtype before
+    # the subtraction; its other kernels keep both in float32. The same roundings give its bits.
+    log_sum = jnp.log(_rounded(total, x) if half_last else total)
+    return (shifted - (_rounded(log_sum, x) if half_last else log_sum)).astype(_out_dtype(x, half_to_float))
 
 
 @lowering(aten._softmax_backward_data.default)

@@ -62,8 +62,8 @@ class Value:
 
 # (max/min over a dim read the value at the first maximal index, as eager does: not listed)
 SIGN_OF_ZERO_OPEN = frozenset(
-    {"maximum", "minimum", "fmax", "fmin", "amax", "amin", "max_all", "cummax", "clamp", "clamp_", "hardtanh",
-     "relu"}
+    {"maximum", "minimum", "fmax", "fmin", "amax", "amin", "max_all", "cummax", "clamp", "clamp_",
+     "clamp_min", "clamp_max", "hardtanh", "relu"}
 )  # fmt: skip
 READS_SIGN_OF_ZERO = frozenset(
     {"reciprocal", "rsqrt", "div", "div_floor", "div_trunc", "floor_divide", "remainder", "fmod", "atan2",
@@ -648,6 +648,8 @@ MENU: tuple[Op, ...] = (
     Op("minimum", "torch.minimum({x}, {y})", binary, exact=True),
     Op("fmax", "torch.fmax({x}, {y})", binary, exact=True),
     Op("fmin", "torch.fmin({x}, {y})", binary, exact=True),
+    Op("clamp_min", "torch.clamp_min({x}, {y})", binary, exact=True),
+    Op("clamp_max", "torch.clamp_max({x}, {y})", binary, exact=True),
     Op("eq", "torch.eq({x}, {y})", binary, exact=True, discrete=True),
     Op("ne", "torch.ne({x}, {y})", binary, exact=True, discrete=True),
     Op("lt", "torch.lt({x}, {y})", binary, exact=True, discrete=True),
