@@ -345,3 +345,11 @@ def test_index_lists_in_a_compiled_function(index: object, dev: torch.device) ->
     got.backward()
     torch.testing.assert_close(got.detach().cpu(), want_value.detach())
     torch.testing.assert_close(xd.grad.cpu(), leaf.grad)  # type: ignore[union-attr]
+
+
+def test_the_default_backend_names_the_ones_that_compile_for_xla(dev: torch.device) -> None:
+    # Inductor has no code generator for xla: instead of its KeyError, what to pass.
+    f = torch.compile(lambda x: (x * 2).sin())
+    with pytest.raises(Exception, match='backend="xlalab"') as caught:
+        f(torch.ones(3, device=dev))
+    assert "cannot compile for xla tensors" in str(caught.value)

@@ -10,7 +10,9 @@ make dynamo and AOTAutograd see them as what they are, device tensors on ``xla``
 - dynamo never traces xlalab's own machinery (the runtime runs in eager between graphs), the
   methods that ``dataclasses`` generate for its classes included;
 - AOTAutograd accepts an ``XlaTensor`` where it expects a plain tensor's gradient;
-- a compiled optimizer keeps its step counters on xla (``capturable``), as dynamo does on CUDA.
+- a compiled optimizer keeps its step counters on xla (``capturable``), as dynamo does on CUDA;
+- ``xs.mark_sharding`` in a compiled function is the op ``xla::dynamo_mark_sharding`` in the graph;
+- the default backend (inductor), given xla tensors, says which backends compile for xla.
 
 ``install_when_dynamo_loads()`` costs nothing up front: it waits for ``torch._dynamo`` to be
 imported (``torch.compile`` imports it) and installs then, so ``import xlalab`` does not pay
@@ -25,6 +27,8 @@ import importlib.util
 import sys
 from types import ModuleType
 from typing import Any
+
+import torch
 
 _installed = [False]
 # xlalab's own machinery: dynamo runs it in eager, between graphs. (``xlalab.testing`` is user
@@ -71,6 +75,7 @@ def install() -> None:
     builder.infer_subclass_type = infer_subclass_type
     _capturable_optimizers_on_xla()
     _mark_sharding_in_graph()
+    _inductor_names_the_xla_backends()
     for name in _INFRASTRUCTURE:
         trace_rules.add(name)
     _skip_generated_methods()
@@ -97,6 +102,25 @@ def _skip_generated_methods() -> None:
                 code = getattr(getattr(member, "__func__", member), "__code__", None)
                 if code is not None and not code.co_filename.endswith(".py"):
                     skip_code(code)
+
+
+def _inductor_names_the_xla_backends() -> None:
+    """``torch.compile(fn)`` with its default backend on xla tensors: inductor has no code
+    generator for the device and fails with ``KeyError: 'xla'``. Say which backends compile
+    for xla instead."""
+    wrapper = torch._TorchCompileInductorWrapper
+    original = wrapper.__call__
+
+    def call(self: Any, model_: Any, inputs_: Any) -> Any:
+        if any(isinstance(t, torch.Tensor) and t.device.type == "xla" for t in inputs_):
+            raise RuntimeError(
+                "torch.compile's default backend (inductor) cannot compile for xla tensors: "
+                'pass backend="openxla" (torch_xla\'s name, with xlalab.use_torch_xla_names()) or '
+                'backend="xlalab", e.g. torch.compile(fn, backend="xlalab")'
+            )
+        return original(self, model_, inputs_)
+
+    wrapper.__call__ = call  # type: ignore[method-assign]
 
 
 def _mark_sharding_in_graph() -> None:
