@@ -120,7 +120,7 @@ def _inductor_names_the_xla_backends() -> None:
             )
         return original(self, model_, inputs_)
 
-    wrapper.__call__ = call  # type: ignore[method-assign]
+    wrapper.__call__ = call  # type: ignore[method-assign,assignment]
 
 
 def _mark_sharding_in_graph() -> None:
