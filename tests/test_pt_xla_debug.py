@@ -758,3 +758,20 @@ def test_analysis_names_dynamos_graph_breaks_and_recompiles(
     line = next(x for x in text.splitlines() if x.startswith(recompile))
     assert "recompilation: dynamo compiled _rows_with_a_break again once: `x.size(0)` changed 6 → 5" in line
     assert "torch._dynamo.mark_dynamic" in text
+
+
+def _reads_a_value(x: torch.Tensor) -> torch.Tensor:
+    if x.sum().item() > 0:  # ITEM-BREAK
+        return x * 2
+    return x
+
+
+def test_analysis_says_what_to_change_for_a_known_break(dev: torch.device, debug: Callable[[], str]) -> None:
+    import xlalab.dynamo as dynamo
+
+    dynamo.reset()
+    config.set("PT_XLA_DEBUG_LEVEL", 0)
+    torch.compile(_reads_a_value, backend="xlalab")(torch.ones(3).to(dev))
+    lines = pxd.report().splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith(f"{__file__}:{_line_of('ITEM-BREAK')} "))
+    assert "graph break" in lines[at] and "keep it as a tensor" in lines[at + 1], lines[at : at + 2]

@@ -312,6 +312,7 @@ class _Stats:
     # compiled mode: (function, dynamo's reason, the user's line) -> graph breaks there, and
     # (function, the call that recompiled) -> the failed guards in plain words
     graph_breaks: Counter[tuple[str, str, Frame | None]] = field(default_factory=Counter)
+    graph_break_advice: dict[tuple[str, str, Frame | None], str] = field(default_factory=dict)
     dynamo_recompiles: dict[tuple[str, Frame | None], list[str]] = field(
         default_factory=lambda: defaultdict(list)
     )
@@ -498,7 +499,9 @@ def _handle(ev: events.Event) -> None:
     elif isinstance(ev, events.ExecuteEvent) and getattr(ev, "reason", "") == _DYNAMO_EXECUTE:
         _dynamo_execute(ev)
     elif ev.kind == _GRAPH_BREAK:
-        st.graph_breaks[(getattr(ev, "function", ""), getattr(ev, "reason", ""), _site(ev.frames))] += 1
+        key = (getattr(ev, "function", ""), getattr(ev, "reason", ""), _site(ev.frames))
+        st.graph_breaks[key] += 1
+        st.graph_break_advice[key] = getattr(ev, "advice", "")
     elif ev.kind == _DYNAMO_RECOMPILE:
         words = getattr(ev, "explanation", "") or getattr(ev, "guard", "")
         st.dynamo_recompiles[(getattr(ev, "function", ""), _site(ev.frames))].append(words)
@@ -729,8 +732,12 @@ def _findings() -> list[list[str]]:
     for (function, reason, site), n in st.graph_breaks.most_common():
         lines = [
             f"{_where(site)}: graph break: dynamo split {function} here ({_times(n)}): {reason}",
-            "  the function runs as several graphs with Python in between: move the line out of the "
-            "compiled function, or use tensor ops",
+            "  "
+            + (
+                st.graph_break_advice.get((function, reason, site))
+                or "the function runs as several graphs with Python in between: move the line out of the "
+                "compiled function, or use tensor ops"
+            ),
         ]
         out.append(((1, -n), lines))
 
