@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from .differential import Finding, Run, compare, execute
-from .menu import BY_NAME, render
+from .menu import BY_NAME, INTS, render
 from .program import Program, input_line, loss_line
 from .strategies import loss_names, replay
 
@@ -188,27 +188,68 @@ def _differential(program: Program, dev: torch.device, backend: Any) -> Finding 
     import xlalab.dynamo
 
     source = function_source(program)
-    runs: list[tuple[Program, tuple[Any, ...]]] = [(program, ())]
+    # The program; the same compiled function again on other input values (no recompile: the
+    # executable must read its inputs, not values seen while tracing); then the variant.
+    argument: tuple[Any, ...] = ()
+    if program.variant is not None:
+        index, name, _ = program.variant
+        argument = (program.steps[index].params[name],)
+    runs = [(program, argument)]
+    other = revalued(program)
+    if other is not None:
+        runs.append((other, argument))
     alt = program.with_variant()
     if alt is not None and program.variant is not None:
-        index, name, value = program.variant
-        runs = [(program, (program.steps[index].params[name],)), (alt, (value,))]
+        runs.append((alt, (program.variant[2],)))
     try:
         fn = _compile(source, dev, backend)
-        for k, (one, argument) in enumerate(runs):
+        for one, value in runs:
             eager = execute(one, torch.device("cpu"))
-            compiled = execute_compiled(one, source, fn, argument, dev)
+            compiled = execute_compiled(one, source, fn, value, dev)
             if compiled.error is not None:
                 gc.collect()  # the failed run's tensors sit in reference cycles: free them now
             finding = compare(one, eager, compiled)
             if finding is not None:
-                return replace(finding, variant=k > 0)
+                if one is other:
+                    return replace(finding, detail=f"(second call, inputs reversed) {finding.detail}")
+                return replace(finding, variant=one is alt)
         return None
     finally:
         if dev.type == "xla":
             _note_stats(len(runs))
         xlalab.dynamo.reset()
         linecache.cache.pop(source.filename, None)
+
+
+def revalued(program: Program) -> Program | None:
+    """``program`` with each input's values in reverse order, if eager computes it as well defined.
+
+    Eager must accept every step again (ties under topk's gradient, subnormal results and
+    integer division by zero are rejected by the replay), and no float-to-int cast may read a
+    NaN, an infinity or an out-of-range value it did not read before.
+    """
+    inputs = tuple(replace(i, values=tuple(reversed(i.values))) for i in program.inputs)
+    other = replace(program, inputs=inputs)
+    if other.inputs == program.inputs:
+        return other  # (still a second call, through the executable alone)
+    before, after = replay(program), replay(other)
+    if before is None or after is None:
+        return None
+    if program.backward and not after.backward_works():
+        return None
+    for step in program.steps:
+        if step.op == "to" and step.params["dtype"]["dtype"] in INTS:
+            src = step.args[0]
+        elif step.op == "copy_" and after.tensors[step.args[0]].dtype in _INT_DTYPES:
+            src = step.args[1]
+        else:
+            continue
+        if after.special[src] and not before.special[src]:
+            return None
+    return other
+
+
+_INT_DTYPES = frozenset(getattr(torch, name) for name in INTS)
 
 
 def _xla_device() -> torch.device:
