@@ -3,6 +3,8 @@ must match eager CPU, and a wrong compiled value is caught and pinned on its op.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -17,9 +19,10 @@ from xlalab.testing.fuzz import Program, compiled
 from xlalab.testing.fuzz.campaign import describe, run_campaign
 from xlalab.testing.fuzz.program import Input, Step
 
-# Findings a campaign may hit that are not xlalab's, by signature, with the reason. (Findings
-# torch's own compile path shares, such as AOTAutograd refusing an op without a derivative
-# that eager only refuses at backward, are told apart by compiled.check itself.)
+# Findings a campaign may hit that are not xlalab's, by signature, with the reason: none. (Two
+# kinds are handled by compiled.check itself: findings torch's own compile path shares, such as
+# AOTAutograd refusing an op without a derivative that eager only refuses at backward, are
+# counted, not reported; programs that would hit the known abort below are counted, not run.)
 KNOWN: dict[str, str] = {}
 
 
@@ -79,6 +82,30 @@ def test_a_wrong_compiled_value_is_a_finding_on_its_op(monkeypatch: pytest.Monke
     assert finding is not None and finding.kind == "mismatch" and finding.op == "neg", finding
 
 
+def _first_outputs_again(gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """xlalab's backend with a planted bug: every call returns the first call's values."""
+    compiled_fn = xlalab.dynamo.backend(gm, example_inputs)
+    first: list[Any] = []
+
+    def call(*args: Any) -> Any:
+        if not first:
+            first.append(compiled_fn(*args))
+        return first[0]
+
+    return call
+
+
+def test_values_kept_from_the_first_call_are_a_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The second call (the inputs' values reversed) must compute from its own inputs.
+    program = Program(
+        inputs=(Input("float32", (3,), (0.5, -1.0, 2.0)),),
+        steps=(Step("mul", (0,), {"s": 3, "swap": False}),),
+    )
+    monkeypatch.setattr(compiled, "BACKEND", _first_outputs_again)
+    finding = compiled.check(program)
+    assert finding is not None and finding.op == "mul" and "second call" in finding.detail, finding
+
+
 def test_a_failure_torch_compile_has_on_the_cpu_too_is_not_reported() -> None:
     # AOTAutograd refuses floor_divide on a tensor requiring grad (no derivative) when it
     # compiles; eager only when the backward reaches it. aot_eager on the CPU does the same.
@@ -89,3 +116,36 @@ def test_a_failure_torch_compile_has_on_the_cpu_too_is_not_reported() -> None:
     before = sum(compiled.STATS.torch_limits.values())
     assert compiled.check(program) is None
     assert sum(compiled.STATS.torch_limits.values()) == before + 1
+
+
+ABORTING = Program(
+    inputs=(Input("float32", (3,), (0.5, 1.0, 2.0), grad=True),),
+    steps=(Step("atan2", (0,), {"s": 1.5, "swap": True}),),
+    backward=True,
+)
+
+
+def test_a_program_known_to_abort_the_process_is_counted_not_run() -> None:
+    before = sum(compiled.STATS.skipped.values())
+    assert compiled.known_abort(ABORTING) is not None
+    assert compiled.check(ABORTING) is None
+    assert sum(compiled.STATS.skipped.values()) == before + 1
+    forward_only = Program(ABORTING.inputs, ABORTING.steps, backward=False)
+    assert compiled.known_abort(forward_only) is None
+
+
+def test_the_known_abort_is_still_there() -> None:
+    """When xlalab computes atan2/pow of an xla constant under compiled backward, this fails:
+    then empty ``compiled.ABORTS_ON_XLA_CONSTANT`` so that the fuzzer runs those programs."""
+    script = (
+        "import torch, xlalab.dynamo, xlalab.core.xla_model as xm\n"
+        "dev = xm.xla_device()\n"
+        "def f(x):\n"
+        "    return torch.atan2(torch.tensor(1.5, device=dev), x).sum()\n"
+        "x = torch.tensor([0.5, 1.0, 2.0]).to(dev).requires_grad_()\n"
+        "torch.compile(f, backend='xlalab')(x).backward()\n"
+        "print(x.grad.cpu())\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    aborted = run.returncode != 0 and "terminate called" in run.stderr
+    assert aborted, (run.returncode, run.stdout, run.stderr[-2000:])
