@@ -180,8 +180,11 @@ def _gist(finding: Finding) -> str:
 
 
 def _same(a: Finding, b: Finding) -> bool:
-    """The same failure: kind, op, error type and the start of the message (a mismatch: kind and op)."""
-    return a.signature == b.signature and (a.kind != "crash" or _gist(a) == _gist(b))
+    """The same failure: the same error (type and the start of its message), or the same wrong
+    value of the same op."""
+    if a.signature != b.signature:
+        return False
+    return _gist(a) == _gist(b) if a.kind == "crash" else a.detail == b.detail
 
 
 def _differential(program: Program, dev: torch.device, backend: Any) -> Finding | None:
