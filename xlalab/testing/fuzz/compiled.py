@@ -13,12 +13,15 @@ and called on ``xla:0`` inputs made outside it::
 Its results are compared with eager CPU exactly as ``differential.compare`` compares a lazy
 run: every value, the inputs too (a write inside the compiled function must reach the caller's
 tensor), and for a backward program the inputs' ``.grad`` after ``loss.backward()`` outside the
-function (AOTAutograd's backward graph). A program with a variant passes the varied argument
-as ``p`` and calls the same compiled function again with the other value, as a user calling a
+function (AOTAutograd's backward graph). The same compiled function is then called on the
+inputs' values reversed (no recompile: the executable alone must compute from its inputs), and,
+for a program with a variant, with the varied argument ``p`` changed, as a user calling a
 compiled function with another number does: dynamo's guard fails and it compiles again.
 
 A graph break is no finding: dynamo runs the rest of the function eagerly (on xla, lazily)
-and the values must still be eager's. Dynamo's caches are reset after every program.
+and the values must still be eager's. A finding that ``backend="aot_eager"`` on CPU tensors
+shares is dynamo's or AOTAutograd's and is counted, not reported. Dynamo's caches are reset
+after every program.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ _serial = count()
 class Stats:
     """What compiled mode did over a campaign: graphs, breaks, recompiles, lazy fallbacks."""
 
-    programs: int = 0  # compiled runs (a program and its variant are two)
+    programs: int = 0  # calls of compiled functions (a program, its second call, its variant)
     graphs: int = 0  # graphs dynamo handed to the backend
     recompiles: int = 0
     broken: int = 0  # runs with at least one graph break
