@@ -35,15 +35,19 @@ _installed = [False]
 # code as far as dynamo is concerned: its workloads' train steps are traced like anyone's.)
 _INFRASTRUCTURE = (
     "xlalab.runtime",
-    "xlalab.dynamo",
+    # xlalab.dynamo but its polyfills, the code dynamo traces in place of xlalab's
+    "xlalab.dynamo.backend",
+    "xlalab.dynamo.bridge",
+    "xlalab.dynamo.executable",
+    "xlalab.dynamo.integration",
+    "xlalab.dynamo.report",
     "xlalab.core",
     "xlalab.debug",
     "xlalab.lab",
     "xlalab.utils",
     "xlalab.distributed",
     "xlalab.amp",
-    # (Not the rest of xlalab.experimental: dynamo traces dynamo_mark_sharding's code.)
-    "xlalab.experimental.spmd_fully_sharded_data_parallel",
+    "xlalab.experimental",
     "xlalab.tools",
     "xlalab.compat",
     # The runtime's compiler: its Python runs between graphs too, never inside one.
@@ -74,7 +78,8 @@ def install() -> None:
 
     builder.infer_subclass_type = infer_subclass_type
     _capturable_optimizers_on_xla()
-    _mark_sharding_in_graph()
+    _polyfills()
+    _no_constants_on_xla()
     _inductor_names_the_xla_backends()
     for name in _INFRASTRUCTURE:
         trace_rules.add(name)
@@ -123,15 +128,36 @@ def _inductor_names_the_xla_backends() -> None:
     wrapper.__call__ = call  # type: ignore[method-assign,assignment]
 
 
-def _mark_sharding_in_graph() -> None:
-    """``xs.mark_sharding`` in a compiled function: traced as the op ``xla::dynamo_mark_sharding``
-    (a sharding constraint in the graph) instead of a graph break around a call into xlalab."""
+def _no_constants_on_xla() -> None:
+    """Fake tensors on xla never carry a real value along (a "constant").
+
+    Fake mode keeps the real value of a small tensor made from Python data, and computes ops
+    whose operands all have one on those values, below the Python key. On xla that computation
+    would reach the device's kernels with no recording to do it (``c * c`` for
+    ``c = torch.tensor(1.5, device="xla")`` in a compiled function), so such tensors are plain
+    fakes: their ops are traced like any other.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    original = FakeTensorMode.may_turn_const
+
+    def may_turn_const(self: Any, t: torch.Tensor) -> bool:
+        return t.device.type != "xla" and bool(original(self, t))
+
+    FakeTensorMode.may_turn_const = may_turn_const  # type: ignore[method-assign]
+
+
+def _polyfills() -> None:
+    """xlalab functions that user code calls inside a compiled function, traced as their twins
+    in ``polyfills`` instead of cut out by a graph break (``xs.mark_sharding``)."""
     from torch._dynamo import substitute_in_graph
 
+    import xlalab.experimental.dynamo_mark_sharding  # noqa: F401  (defines the op the twin calls)
     from xlalab.distributed.spmd import xla_sharding
-    from xlalab.experimental.dynamo_mark_sharding import mark_sharding_in_graph
 
-    substitute_in_graph(xla_sharding.mark_sharding, skip_signature_check=True)(mark_sharding_in_graph)
+    from . import polyfills
+
+    substitute_in_graph(xla_sharding.mark_sharding, skip_signature_check=True)(polyfills.mark_sharding)
 
 
 def _capturable_optimizers_on_xla() -> None:

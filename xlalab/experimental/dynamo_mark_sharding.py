@@ -6,7 +6,7 @@ spec as the text of Python tuples) annotates ``t`` as ``xs.mark_sharding(t, mesh
 does: ``t``'s value is constrained to the sharding in the graph, in place, and the constrained
 tensor is returned too. It is an op, so dynamo records it in the graph instead of breaking the
 graph where ``mark_sharding`` is called; inside a compiled function ``xs.mark_sharding`` calls
-it (``xlalab.dynamo.integration`` tells dynamo so). The op has a side effect (the annotation),
+it (``xlalab.dynamo.polyfills``). The op has a side effect (the annotation),
 so nothing removes it for its result being unused. Values never change: gradients pass through.
 """
 
@@ -69,12 +69,4 @@ def _mark(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
 rt._SPECIAL[OP] = _mark
 
 
-def mark_sharding_in_graph(t: Any, mesh: Any, partition_spec: Any, use_dynamo_custom_op: bool = False) -> Any:
-    """What ``xs.mark_sharding`` is inside a compiled function: the op, on the mesh's constants.
-    It returns ``t`` itself (annotated), not torch_xla's ``XLAShardedTensor`` holder."""
-    device_ids, mesh_shape, axis_names = mesh.dynamo_arguments
-    torch.ops.xla.dynamo_mark_sharding(t, device_ids, mesh_shape, axis_names, repr(tuple(partition_spec)))
-    return t
-
-
-__all__ = ["OP", "mark_sharding_in_graph", "spec_of"]
+__all__ = ["OP", "spec_of"]

@@ -61,7 +61,6 @@ class Stats:
     # findings torch's own compile path shares (see ``check``) -> programs
     torch_limits: Counter[str] = field(default_factory=Counter)
     limit_examples: dict[str, Program] = field(default_factory=dict)  # the first program of each
-    skipped: Counter[str] = field(default_factory=Counter)  # programs not run: why (``known_abort``)
 
     def summary(self) -> str:
         lines = [
@@ -70,7 +69,6 @@ class Stats:
         ]
         lines += [f"  break ({n}x): {reason}" for reason, n in self.breaks.most_common(8)]
         lines += [f"  lazy ({n}x): {why}" for why, n in self.lazy.most_common(8)]
-        lines += [f"  not run ({n}x): {why}" for why, n in self.skipped.most_common()]
         lines += [f"  torch's too, not reported ({n}x): {f}" for f, n in self.torch_limits.most_common(8)]
         return "\n".join(lines)
 
@@ -138,10 +136,6 @@ def check(program: Program) -> Finding | None:
     and AOTAutograd without xlalab) is dynamo's or AOTAutograd's, not xlalab's: it is counted
     in ``STATS.torch_limits`` and not reported.
     """
-    abort = known_abort(program)
-    if abort is not None:
-        STATS.skipped[abort] += 1
-        return None
     finding = _differential(program, _xla_device(), BACKEND)
     if finding is None:
         return None
@@ -152,28 +146,6 @@ def check(program: Program) -> Finding | None:
         STATS.limit_examples.setdefault(key, program)
         return None
     return finding
-
-
-# Binary ops whose derivative computes on their first operand alone: with that operand a 0-d
-# tensor made on xla inside the compiled function (``torch.tensor(s, device=dev)``, a constant
-# of the graph), AOTAutograd's trace of the backward computes on the real constant under fake
-# tensors, torch's dispatcher fails an internal assert (``func != nullptr``) finding xla's
-# kernel, and the exception, raised inside the autograd engine, ends the process in
-# ``std::terminate`` (torch's Python device guard cannot restore a stream while unwinding).
-# Eager and lazy mode compute these programs correctly; in compiled mode they are not run.
-ABORTS_ON_XLA_CONSTANT = frozenset({"atan2", "pow"})
-
-
-def known_abort(program: Program) -> str | None:
-    """Why running ``program`` compiled would abort the process (a known xlalab bug), or None."""
-    if not program.backward:
-        return None
-    for step in program.steps:
-        if step.op in ABORTS_ON_XLA_CONSTANT and step.params.get("swap"):
-            probe = replay(program)
-            if probe is None or probe.tensors[step.args[0]].requires_grad:
-                return f"{step.op} of an xla constant made in the function, under backward: aborts"
-    return None
 
 
 def _gist(finding: Finding) -> str:
