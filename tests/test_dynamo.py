@@ -15,6 +15,8 @@ import copy
 import inspect
 import subprocess
 import sys
+import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -353,3 +355,29 @@ def test_the_default_backend_names_the_ones_that_compile_for_xla(dev: torch.devi
     with pytest.raises(Exception, match='backend="xlalab"') as caught:
         f(torch.ones(3, device=dev))
     assert "cannot compile for xla tensors" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda y: y.as_strided((2,), (3,), 1).mul_(10),
+        lambda y: y.as_strided((2, 2), (3, 1), 2).fill_(-1.0),
+        lambda y: y.diagonal().add_(5),
+    ],
+    ids=["strided-pair", "strided-block", "diagonal"],
+)
+def test_writes_through_strided_views_compile_as_one_program(write: Any, dev: torch.device) -> None:
+    # Functionalization makes a write through as_strided an as_strided_scatter: lowered, so the
+    # graph is one program (no lazy fallback, no warning), with eager's values.
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 1
+        write(y)
+        return y
+
+    x = torch.arange(9.0).reshape(3, 3)
+    dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "runs lazily" would be a warning
+        got = torch.compile(f, backend="xlalab")(x.to(dev))
+    torch.testing.assert_close(got.cpu(), f(x.clone()))
+    assert not [r for r in dynamo.compiled_functions() if r.lazy]

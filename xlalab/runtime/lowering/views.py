@@ -101,15 +101,27 @@ def _diagonal(x: Any, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
     return jnp.diagonal(x, offset, _canon(dim1, x.ndim), _canon(dim2, x.ndim))
 
 
-@lowering(aten.as_strided.default)
-def _as_strided(x: Any, size: Any, stride: Any, storage_offset: Any = None) -> Any:
-    # xla tensors are contiguous over their base: gather by computed flat positions.
+def _strided_positions(size: Any, stride: Any, storage_offset: Any) -> np.ndarray:
+    """The flat positions in a contiguous tensor that ``as_strided(size, stride, offset)`` reads."""
     idx = np.full(tuple(size), storage_offset or 0, dtype=np.int64)
     for d, (n, s) in enumerate(zip(size, stride)):
         shape = [1] * len(size)
         shape[d] = n
         idx = idx + (np.arange(n) * s).reshape(shape)
-    return jnp.ravel(x)[idx]
+    return idx
+
+
+@lowering(aten.as_strided.default)
+def _as_strided(x: Any, size: Any, stride: Any, storage_offset: Any = None) -> Any:
+    # xla tensors are contiguous over their base: gather by computed flat positions.
+    return jnp.ravel(x)[_strided_positions(size, stride, storage_offset)]
+
+
+@lowering(aten.as_strided_scatter.default)
+def _as_strided_scatter(x: Any, src: Any, size: Any, stride: Any, storage_offset: Any = None) -> Any:
+    # What functionalization makes of a write through as_strided: x with src at those positions.
+    idx = _strided_positions(size, stride, storage_offset)
+    return jnp.ravel(x).at[idx.reshape(-1)].set(jnp.ravel(src).astype(x.dtype)).reshape(x.shape)
 
 
 @lowering(aten.unfold.default)
