@@ -381,3 +381,25 @@ def test_writes_through_strided_views_compile_as_one_program(write: Any, dev: to
         got = torch.compile(f, backend="xlalab")(x.to(dev))
     torch.testing.assert_close(got.cpu(), f(x.clone()))
     assert not [r for r in dynamo.compiled_functions() if r.lazy]
+
+
+def test_an_error_tracing_a_backward_on_xla_is_the_one_torch_gives_on_the_cpu(dev: torch.device) -> None:
+    # An op failing on fake xla tensors inside autograd's engine (AOTAutograd tracing the
+    # backward) reaches the user as itself, as on the CPU: torch used to lose it on the way out
+    # of the engine (a SystemError, or an aborted process). In torch 2.13 the decomposition of
+    # mse_loss_backward divides by the element count, so an empty input fails this way.
+    def f(v: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(v, v).double().sum()
+
+    def outcome(x: torch.Tensor, backend: str) -> str:
+        dynamo.reset()
+        try:
+            torch.compile(f, backend=backend)(x).backward()
+        except Exception as e:
+            return next((line for line in str(e).splitlines() if "Error" in line), type(e).__name__)
+        return "ok"
+
+    empty = torch.empty(0, dtype=torch.bfloat16)
+    on_cpu = outcome(empty.clone().requires_grad_(), "aot_eager")
+    on_xla = outcome(empty.to(dev).requires_grad_(), "xlalab")
+    assert on_xla == on_cpu and "SystemError" not in on_xla, (on_xla, on_cpu)

@@ -80,6 +80,7 @@ def install() -> None:
     _capturable_optimizers_on_xla()
     _polyfills()
     _no_constants_on_xla()
+    _fake_errors_kept_in_backward()
     _inductor_names_the_xla_backends()
     for name in _INFRASTRUCTURE:
         trace_rules.add(name)
@@ -126,6 +127,30 @@ def _inductor_names_the_xla_backends() -> None:
         return original(self, model_, inputs_)
 
     wrapper.__call__ = call  # type: ignore[method-assign,assignment]
+
+
+def _fake_errors_kept_in_backward() -> None:
+    """An op that fails on fake xla tensors while autograd's engine runs a backward node (as
+    AOTAutograd traces a backward graph) does not raise there: torch would lose the error on its
+    way out of the engine (a Python device guard runs while it is in flight), leaving a
+    ``SystemError`` or an aborted process. As for real xla tensors (``runtime.backward_errors``),
+    the error is kept, the op returns fakes shaped like its first xla input, and ``backward``
+    raises the op's own error when the engine returns."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from xlalab.runtime import backward_errors
+
+    original = FakeTensorMode.__torch_dispatch__
+
+    def dispatch(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        try:
+            return original(self, func, types, args, kwargs)
+        except Exception as e:
+            if torch._C._current_autograd_node() is None:
+                raise
+            return backward_errors.defer_fake(e, func, args)
+
+    FakeTensorMode.__torch_dispatch__ = dispatch  # type: ignore[method-assign]
 
 
 def _no_constants_on_xla() -> None:

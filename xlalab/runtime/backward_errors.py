@@ -40,6 +40,18 @@ def defer(error: BaseException, func: Any, args: tuple[Any, ...]) -> list[ir.Nod
     return [ir.error(error, tuple(like.shape), like.dtype, like.device.index or 0) for _ in returns]
 
 
+def defer_fake(error: BaseException, func: Any, args: tuple[Any, ...]) -> Any:
+    """``defer`` for an op on fake xla tensors (dynamo tracing a backward): the error is kept
+    and the op returns fakes shaped like its first xla input."""
+    returns = func._schema.returns
+    like = next((a for a in args if isinstance(a, torch.Tensor) and a.device.type == "xla"), None)
+    if like is None or not returns or any("Tensor" not in str(r.type) for r in returns):
+        raise error
+    _pending().append(error)
+    outs = [torch.empty_like(like) for _ in returns]
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
 def _raise_kept(cause: BaseException | None = None) -> None:
     errors = _pending()
     if errors:
