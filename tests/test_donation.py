@@ -189,3 +189,18 @@ def test_a_read_runs_the_barriers_program_on_copies(aliasing: None) -> None:
     assert _copies() == before + 1
     assert (met.counter_value("UncachedCompile") or 0) == compiles
     torch.testing.assert_close(keep.cpu(), torch.full((3,), 6.0))
+
+
+def test_donation_survives_a_failed_torch_compile(aliasing: None) -> None:
+    # After a compile that fails, torch 2.13 leaves each Python call holding one more reference
+    # to its arguments; donation counts references inline, so it still sees free leaves.
+    def fails(v: torch.Tensor) -> torch.Tensor:
+        return torch.floor_divide(v, v).sum()  # no derivative: AOTAutograd refuses it
+
+    with pytest.raises(Exception, match="floor_divide"):
+        torch.compile(fails, backend="aot_eager")(torch.ones(3, dtype=torch.float64, requires_grad=True))
+    w = torch.ones(3, device=xm.xla_device())
+    xm.mark_step()
+    w.mul_(2)
+    xm.mark_step()
+    assert _last_program().donated == (0,)

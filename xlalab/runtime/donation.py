@@ -32,7 +32,9 @@ from . import config, ir, metrics
 
 # References to a free leaf node besides the graph's operand tuples: ``graph.nodes``, the
 # ``leaves`` list and getrefcount's own argument. To a free leaf's array: the node's ``value``,
-# the ``datas`` list and getrefcount's argument (``_array_free``'s own argument adds one).
+# the ``datas`` list and getrefcount's argument. (Counted inline, never through a function
+# argument: after a failed torch.compile, torch 2.13 leaves every Python call holding one more
+# reference to its arguments, which would make every leaf look held.)
 _NODE_REFS = 3
 _ARRAY_REFS = 3
 
@@ -55,7 +57,7 @@ def free_leaves(leaves: Sequence[ir.Node], datas: Sequence[Any], uses: Sequence[
     return tuple(
         i
         for i in range(len(leaves))
-        if getrefcount(leaves[i]) == _NODE_REFS + uses[i] and _array_free(datas[i])
+        if getrefcount(leaves[i]) == _NODE_REFS + uses[i] and getrefcount(datas[i]) == _ARRAY_REFS
     )
 
 
@@ -70,13 +72,10 @@ def guard(
     (``uses[k]``: the operand slots that hold leaf ``donated[k]``), or all of them."""
     getrefcount = sys.getrefcount
     for i, n_uses in zip(donated, uses):
-        if everything or getrefcount(leaves[i]) != _NODE_REFS + n_uses or not _array_free(datas[i]):
+        held = getrefcount(leaves[i]) != _NODE_REFS + n_uses or getrefcount(datas[i]) != _ARRAY_REFS
+        if everything or held:
             datas[i] = jnp.copy(datas[i])
             metrics.count("xlalab::DonationCopy")
-
-
-def _array_free(array: Any) -> bool:
-    return sys.getrefcount(array) == _ARRAY_REFS + 1  # + this function's argument
 
 
 def enabled() -> bool:

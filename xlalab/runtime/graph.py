@@ -724,9 +724,16 @@ def execute(roots: Sequence[Node], reason: str, donate: bool = False) -> list[An
     prog = CACHE.get(key)
     in_memory = prog is not None
     text = None
+    # Which leaves this compile would donate: decided now, from who holds them (``donation``).
+    donated: tuple[int, ...] = ()
+    uses: tuple[int, ...] = ()
+    if prog is None and donate:
+        donated, uses = _free_leaves(graph, leaves, datas)
     if prog is None and not sharding.enabled() and program_store.usable():
-        # A new process: an earlier one may have left this program on disk.
+        # A new process: an earlier one may have left this program on disk, compiled with the
+        # same leaves donated (a program donating fewer would run, but update less in place).
         text = program_store.structure_text(graph, settings)
+        text = f"{text}\ndonated {donated} {uses}" if text else None
         prog = _load_stored(graph, text, reason) if text else None
         if prog is not None:
             CACHE.put(key, prog)
@@ -745,14 +752,6 @@ def execute(roots: Sequence[Node], reason: str, donate: bool = False) -> list[An
             device,
             len(graph.nodes),
         )
-        donated: tuple[int, ...] = ()
-        uses: tuple[int, ...] = ()
-        if donate:
-            leaves = [n for n in graph.nodes if n.op is ir.DATA]
-            all_uses = donation.leaf_uses(graph.nodes, leaves)
-            donated = donation.free_leaves(leaves, datas, all_uses)
-            uses = tuple(all_uses[i] for i in donated)
-            del leaves
         t_compile, jax_hits = time.perf_counter(), compile_cache.jax_cache_hits()
         prog = compile_graph(graph, datas, scalars, reason, donated, uses)
         CACHE.put(key, prog)
@@ -798,6 +797,16 @@ def execute(roots: Sequence[Node], reason: str, donate: bool = False) -> list[An
         index_checks.raise_if_out_of_range(checks, list(outs[-len(checks) :]))
         outs = outs[: -len(checks)]
     return list(outs)
+
+
+def _free_leaves(
+    graph: Graph, leaves: list[Node], datas: list[Any]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The data leaves nothing outside the graph holds (``donation.free_leaves``), and how many
+    operand slots of the graph hold each."""
+    all_uses = donation.leaf_uses(graph.nodes, leaves)
+    donated = donation.free_leaves(leaves, datas, all_uses)
+    return donated, tuple(all_uses[i] for i in donated)
 
 
 def _load_stored(graph: Graph, text: str, reason: str) -> Program | None:
