@@ -2,9 +2,9 @@
 
 xlalab's tensors are a Python subclass of ``torch.Tensor`` whose ops reach
 ``__torch_dispatch__``. Dynamo treats such a subclass as an opaque object unless told
-otherwise, tracing into the runtime's own Python instead of the user's model. Three things
-make dynamo and AOTAutograd see them as what they are, device tensors on ``xla``
-(as torch_xla's C++ tensors are):
+otherwise, tracing into the runtime's own Python instead of the user's model. These make
+dynamo and AOTAutograd see them as what they are, device tensors on ``xla`` (as torch_xla's
+C++ tensors are), and keep torch's tracing off the device's kernels:
 
 - dynamo wraps an ``XlaTensor`` as a tensor (a fake tensor on ``xla`` while tracing);
 - dynamo never traces xlalab's own machinery (the runtime runs in eager between graphs), the
@@ -12,7 +12,9 @@ make dynamo and AOTAutograd see them as what they are, device tensors on ``xla``
 - AOTAutograd accepts an ``XlaTensor`` where it expects a plain tensor's gradient;
 - a compiled optimizer keeps its step counters on xla (``capturable``), as dynamo does on CUDA;
 - ``xs.mark_sharding`` in a compiled function is the op ``xla::dynamo_mark_sharding`` in the graph;
-- the default backend (inductor), given xla tensors, says which backends compile for xla.
+- the default backend (inductor), given xla tensors, says which backends compile for xla;
+- fake tensors on xla carry no real value (fake mode would compute on it below the Python key),
+  and an op failing on them inside autograd's engine raises when the engine returns.
 
 ``install_when_dynamo_loads()`` costs nothing up front: it waits for ``torch._dynamo`` to be
 imported (``torch.compile`` imports it) and installs then, so ``import xlalab`` does not pay
