@@ -776,7 +776,7 @@ def _alias(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
 def _lift_fresh(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A tensor torch built from Python data (``x[[1, 2]]``'s index list). While dynamo traces
     with fake tensors, the xla tensor torch built below the Python key becomes a fake one like
-    every other tensor of the trace, keeping its values as the fake's constant."""
+    every other tensor of the trace (dynamo's graph keeps the Python list itself)."""
     mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
     if mode is None:
         return _alias(func, args, kwargs)
@@ -784,12 +784,10 @@ def _lift_fresh(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any])
     from torch.utils._python_dispatch import _disable_current_modes
 
     src = args[0]
-    # Made with every mode set aside, not by an op: a graph traced from here records the lift
-    # of ``src`` alone (as its constant).
+    # Made with every mode set aside, not by an op: nothing is recorded for it.
     with _disable_current_modes():
-        host = to_cpu(src, "constant")
-        meta = torch.empty_strided(host.shape, host.stride(), dtype=host.dtype, device="meta")
-    return FakeTensor(mode, meta, src.device, constant=host)
+        meta = torch.empty_strided(tuple(src.shape), src.stride(), dtype=src.dtype, device="meta")
+    return FakeTensor(mode, meta, src.device)
 
 
 def _copy_(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
