@@ -179,7 +179,6 @@ def _polyfills() -> None:
     in ``polyfills`` instead of cut out by a graph break (``xs.mark_sharding``)."""
     from torch._dynamo import substitute_in_graph
 
-    import xlalab.experimental.dynamo_mark_sharding  # noqa: F401  (defines the op the twin calls)
     from xlalab.distributed.spmd import xla_sharding
 
     from . import polyfills

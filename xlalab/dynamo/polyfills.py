@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+import xlalab.experimental.dynamo_mark_sharding  # noqa: F401  (defines the op mark_sharding's twin calls)
+
 
 def mark_sharding(t: Any, mesh: Any, partition_spec: Any, use_dynamo_custom_op: bool = False) -> Any:
     """``xs.mark_sharding`` in a graph: the op on the mesh's constants. It returns ``t`` itself

@@ -29,27 +29,30 @@ def _pending() -> list[BaseException]:
     return errors  # type: ignore[no-any-return]
 
 
-def defer(error: BaseException, func: Any, args: tuple[Any, ...]) -> list[ir.Node]:
-    """Keep ``error`` for the end of backward; return failed values (one per output) shaped
-    like the op's first xla input."""
+def _keep(error: BaseException, func: Any, args: tuple[Any, ...]) -> tuple[torch.Tensor, int]:
+    """Keep ``error`` for the end of backward: the op's first xla input and its output count,
+    which the failed values are shaped from. Raises ``error`` when they cannot be."""
     returns = func._schema.returns
     like = next((a for a in args if isinstance(a, torch.Tensor) and a.device.type == "xla"), None)
     if like is None or not returns or any("Tensor" not in str(r.type) for r in returns):
         raise error
     _pending().append(error)
-    return [ir.error(error, tuple(like.shape), like.dtype, like.device.index or 0) for _ in returns]
+    return like, len(returns)
+
+
+def defer(error: BaseException, func: Any, args: tuple[Any, ...]) -> list[ir.Node]:
+    """Keep ``error`` for the end of backward; return failed values (one per output) shaped
+    like the op's first xla input."""
+    like, n = _keep(error, func, args)
+    return [ir.error(error, tuple(like.shape), like.dtype, like.device.index or 0) for _ in range(n)]
 
 
 def defer_fake(error: BaseException, func: Any, args: tuple[Any, ...]) -> Any:
     """``defer`` for an op on fake xla tensors (dynamo tracing a backward): the error is kept
     and the op returns fakes shaped like its first xla input."""
-    returns = func._schema.returns
-    like = next((a for a in args if isinstance(a, torch.Tensor) and a.device.type == "xla"), None)
-    if like is None or not returns or any("Tensor" not in str(r.type) for r in returns):
-        raise error
-    _pending().append(error)
-    outs = [torch.empty_like(like) for _ in returns]
-    return outs[0] if len(outs) == 1 else tuple(outs)
+    like, n = _keep(error, func, args)
+    outs = [torch.empty_like(like) for _ in range(n)]
+    return outs[0] if n == 1 else tuple(outs)
 
 
 def _raise_kept(cause: BaseException | None = None) -> None:

@@ -730,10 +730,8 @@ def execute(roots: Sequence[Node], reason: str, donate: bool = False) -> list[An
     if prog is None and donate:
         donated, uses = _free_leaves(graph, leaves, datas)
     if prog is None and not sharding.enabled() and program_store.usable():
-        # A new process: an earlier one may have left this program on disk, compiled with the
-        # same leaves donated (a program donating fewer would run, but update less in place).
-        text = program_store.structure_text(graph, settings)
-        text = f"{text}\ndonated {donated} {uses}" if text else None
+        # A new process: an earlier one may have left this program on disk.
+        text = program_store.structure_text(graph, settings, donated, uses)
         prog = _load_stored(graph, text, reason) if text else None
         if prog is not None:
             CACHE.put(key, prog)

@@ -92,13 +92,23 @@ def usable() -> bool:
     return backend.device_count() == 1
 
 
-def structure_text(graph: Graph, settings: Any) -> str | None:
-    """The exact text of ``graph``'s program, or None when some argument has no stable text."""
+def structure_text(
+    graph: Graph, settings: Any, donated: tuple[int, ...], uses: tuple[int, ...]
+) -> str | None:
+    """The exact text of ``graph``'s program compiled with the data leaves at ``donated``
+    donated (a program donating fewer would run, but update less in place), or None when some
+    argument has no stable text."""
     if not _FINGERPRINT:
         _FINGERPRINT.append(_fingerprint())
     position = {id(n): i for i, n in enumerate(graph.nodes)}
     device = backend.jax_device(graph.key[-1])
-    lines = [_FINGERPRINT[0], _text(settings), f"{device.platform}:{device.id}", repr(graph.roots)]
+    lines = [
+        _FINGERPRINT[0],
+        _text(settings),
+        f"{device.platform}:{device.id}",
+        repr(graph.roots),
+        f"donated {donated} {uses}",
+    ]
     try:
         for n in graph.nodes:
             operands = ",".join(str(position[id(s)]) for s in n.src)

@@ -154,20 +154,12 @@ class ShardingSpec:
 _MESHES: dict[tuple[Any, ...], Mesh] = {}
 
 
-def global_devices() -> tuple[Any, ...]:
-    """Every process's devices in JAX's global order (this process's alone without multi-host):
-    a mesh's device ids index them. JAX's backends start first with xlalab's settings
-    (XLA_NUM_DEVICES, the distributed runtime), whatever asks first."""
-    backend.platform()
-    return backend.global_jax_devices()
-
-
 def jax_mesh(device_ids: Sequence[int], shape: Sequence[int], names: Sequence[str]) -> Mesh:
     """The ``jax.sharding.Mesh`` over xla devices ``device_ids`` (one object per layout)."""
     key = (tuple(device_ids), tuple(shape), tuple(names))
     mesh = _MESHES.get(key)
     if mesh is None:
-        devs = global_devices()  # every process's: a mesh may span several
+        devs = backend.global_jax_devices()  # every process's: a mesh may span several
         bad = [i for i in device_ids if not 0 <= i < len(devs)]
         if bad:
             raise ValueError(
@@ -180,7 +172,7 @@ def jax_mesh(device_ids: Sequence[int], shape: Sequence[int], names: Sequence[st
 
 
 def replicated_spec(device_ids: Sequence[int] | None = None) -> ShardingSpec:
-    ids = tuple(range(len(global_devices()))) if device_ids is None else tuple(device_ids)
+    ids = tuple(range(len(backend.global_jax_devices()))) if device_ids is None else tuple(device_ids)
     return ShardingSpec(ids, (len(ids),), ("_all",), ())
 
 
@@ -228,7 +220,7 @@ def spec_of_array(array: Any) -> ShardingSpec | None:
     sharding = getattr(array, "sharding", None)
     if not isinstance(sharding, NamedSharding):
         return None
-    index = {d: i for i, d in enumerate(global_devices())}
+    index = {d: i for i, d in enumerate(backend.global_jax_devices())}
     mesh = sharding.mesh
     ids = tuple(index[d] for d in mesh.devices.reshape(-1))
     partition = tuple(sharding.spec) + (None,) * (np.ndim(array) - len(sharding.spec))
@@ -283,7 +275,7 @@ _global_ids: list[tuple[int, ...]] = []
 
 
 def default_device_ids() -> tuple[int, ...]:
-    return _global_ids[0] if _global_ids else tuple(range(len(global_devices())))
+    return _global_ids[0] if _global_ids else tuple(range(len(backend.global_jax_devices())))
 
 
 def _device_ids(s: Any) -> list[int]:

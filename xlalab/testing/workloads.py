@@ -299,17 +299,13 @@ def train_step(
 ) -> Tensor:
     """One optimizer step; ``barrier`` is ``xm.mark_step`` under xlalab and a no-op eagerly.
 
-    Returns the loss without reading it back, so callers decide when (and whether) to
-    synchronize. It is detached before ``backward()``: nothing alive after ``backward()`` needs
-    the loss's autograd graph, which lets dynamo trace ``backward()`` into the graph when its
-    ``trace_autograd_ops`` is on.
+    Returns the loss without reading it back, so callers decide when (and whether) to synchronize.
     """
     opt.zero_grad(set_to_none=True)
     loss = workload.loss_fn(model, inputs, targets)
-    value = loss.detach()
     loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
     if workload.clip is not None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), workload.clip)
     opt.step()
     barrier()
-    return value
+    return loss

@@ -101,7 +101,7 @@ def device_memory() -> dict[str, int]:
 
     import jax
 
-    index = {d: i for i, d in enumerate(sharding.global_devices())}
+    index = {d: i for i, d in enumerate(backend.global_jax_devices())}
     # Bytes per device set: most arrays share a few shardings, so devices are visited per set.
     by_set: dict[int, tuple[Any, int]] = {}
     for array in jax.live_arrays():

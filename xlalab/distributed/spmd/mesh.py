@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ...runtime import sharding
+from ...runtime import backend, sharding
 
 
 class Mesh:
@@ -35,7 +35,7 @@ class Mesh:
             )
         if len(set(ids.tolist())) != ids.size:
             raise ValueError(f"the mesh's device ids repeat: {ids.tolist()}")
-        count = len(sharding.global_devices())  # every process's
+        count = len(backend.global_jax_devices())  # every process's
         if ids.size and (ids.min() < 0 or ids.max() >= count):
             raise ValueError(
                 f"the mesh names device ids {ids.tolist()}, but there are {count} xla devices "
@@ -129,7 +129,7 @@ class HybridMesh(Mesh):
 
 def get_1d_mesh(axis_name: str | None = None) -> Mesh:
     """All devices in one axis."""
-    n = len(sharding.global_devices())
+    n = len(backend.global_jax_devices())
     return Mesh(np.arange(n), (n,), (axis_name,) if axis_name is not None else None)
 
 

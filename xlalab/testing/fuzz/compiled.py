@@ -37,10 +37,10 @@ from typing import Any
 
 import torch
 
-from .differential import Finding, Run, compare, execute
+from .differential import Finding, Run, compare, execute, losses_of, xla_device
 from .menu import BY_NAME, INTS, render
 from .program import Program, input_line, loss_line
-from .strategies import loss_names, replay
+from .strategies import replay
 
 PARAM = "p"  # the varied argument's name in the compiled function
 BACKEND: Any = "xlalab"  # what ``torch.compile`` is given (a test plants a faulty one)
@@ -112,7 +112,7 @@ def function_source(program: Program) -> Source:
     if varied is not None and not placed:
         raise ValueError(f"step {varied[0]} renders no parameter {varied[1]!r} to vary")
     results = [f"v{k}" for k in range(n_in, value)]
-    losses = _losses(program)
+    losses = losses_of(program)
     if losses:
         lines.append("    " + loss_line(losses))
         line_steps[len(lines)] = len(program.steps)
@@ -122,13 +122,6 @@ def function_source(program: Program) -> Source:
     return Source(text, f"<fuzz-compiled-{next(_serial)}>", line_steps, results, tuple(params))
 
 
-def _losses(program: Program) -> list[str]:
-    if not program.backward:
-        return []
-    probe = replay(program)
-    return loss_names(probe) if probe is not None else []
-
-
 def check(program: Program) -> Finding | None:
     """Run ``program`` eagerly on the CPU and compiled on xla (its variant too); the first finding.
 
@@ -136,7 +129,7 @@ def check(program: Program) -> Finding | None:
     and AOTAutograd without xlalab) is dynamo's or AOTAutograd's, not xlalab's: it is counted
     in ``STATS.torch_limits`` and not reported.
     """
-    finding = _differential(program, _xla_device(), BACKEND)
+    finding = _differential(program, xla_device(), BACKEND)
     if finding is None:
         return None
     reference = _differential(program, torch.device("cpu"), "aot_eager")
@@ -228,12 +221,6 @@ def revalued(program: Program) -> Program | None:
 
 
 _INT_DTYPES = frozenset(getattr(torch, name) for name in INTS)
-
-
-def _xla_device() -> torch.device:
-    import xlalab.core.xla_model as xm
-
-    return xm.xla_device()
 
 
 def _compile(source: Source, dev: torch.device, backend: Any) -> Any:

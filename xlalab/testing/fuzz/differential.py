@@ -69,12 +69,10 @@ def execute(program: Program, dev: torch.device) -> Run:
             return _failed(ns, k - 1, e)
     end = len(program.steps)
     try:
-        if program.backward:
-            probe = replay(program)
-            losses = loss_names(probe) if probe is not None else []
-            if losses:
-                exec(loss_line(losses) + "\nloss.backward()", ns)
-                names += [f"v{k}.grad" for k, i in enumerate(program.inputs) if i.grad]
+        losses = losses_of(program)
+        if losses:
+            exec(loss_line(losses) + "\nloss.backward()", ns)
+            names += [f"v{k}.grad" for k, i in enumerate(program.inputs) if i.grad]
         values = [eval(n, ns) for n in names]  # the program's own expressions
         if lazy:
             import xlalab.core.xla_model as xm
@@ -85,6 +83,14 @@ def execute(program: Program, dev: torch.device) -> Run:
         values.clear()
         return _failed(ns, end, e)
     return Run(None, out, names)
+
+
+def losses_of(program: Program) -> list[str]:
+    """The values a backward program's loss sums (none for a forward-only program)."""
+    if not program.backward:
+        return []
+    probe = replay(program)
+    return loss_names(probe) if probe is not None else []
 
 
 def _failed(ns: dict[str, Any], step: int, error: BaseException) -> Run:
@@ -180,7 +186,7 @@ def check(program: Program) -> Finding | None:
 
 def _check_one(program: Program) -> Finding | None:
     eager = execute(program, torch.device("cpu"))
-    lazy = execute(program, _xla_device())
+    lazy = execute(program, xla_device())
     if lazy.error is not None:
         # The failed run's tensors sit in reference cycles (exception, traceback, frames):
         # collect them now, so that the next program's sync does not compute them again.
@@ -188,7 +194,7 @@ def _check_one(program: Program) -> Finding | None:
     return compare(program, eager, lazy)
 
 
-def _xla_device() -> torch.device:
+def xla_device() -> torch.device:
     import xlalab.core.xla_model as xm
 
     return xm.xla_device()
