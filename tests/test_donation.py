@@ -204,3 +204,45 @@ def test_donation_survives_a_failed_torch_compile(aliasing: None) -> None:
     w.mul_(2)
     xm.mark_step()
     assert _last_program().donated == (0,)
+
+
+def _same_shape_model() -> torch.nn.Module:
+    # Every parameter, and with Adam each of its two state tensors, has one shape: a buffer
+    # given to the wrong output of that shape is an easy mistake here.
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(8, 8, bias=False) for _ in range(3)]
+    return torch.nn.Sequential(layers[0], torch.nn.Tanh(), layers[1], torch.nn.Tanh(), layers[2])
+
+
+def _buffers(model: torch.nn.Module, opt: torch.optim.Optimizer) -> list[int]:
+    """Where each parameter's and optimizer state tensor's value lives on the device."""
+    tensors = [*model.parameters(), *[s[k] for s in opt.state.values() for k in ("exp_avg", "exp_avg_sq")]]
+    return [_array(t).unsafe_buffer_pointer() for t in tensors]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+def test_each_tensor_keeps_its_buffer_across_steps(aliasing: None, compiled: bool) -> None:
+    # Donation means an update in place: the parameter's new value is written over its own old
+    # buffer, not over its exp_avg's (then XLA copies every input before the step and every
+    # result after it, and the step needs twice the memory).
+    import xlalab.dynamo as dynamo
+
+    dev = _same_shape_model().to(xm.xla_device())
+    opt = torch.optim.Adam(dev.parameters(), lr=0.01)
+    x = torch.randn(4, 8, device=xm.xla_device())
+    xm.mark_step()
+    dynamo.reset()
+    step = torch.compile(_step, backend="xlalab") if compiled else _step
+    for i in range(4):
+        step(dev, opt, x, x)
+        xm.mark_step()
+        xm.wait_device_ops()
+        if i == 2:
+            before = _buffers(dev, opt)
+    assert _buffers(dev, opt) == before
+    cpu = _same_shape_model()
+    opt_cpu = torch.optim.Adam(cpu.parameters(), lr=0.01)
+    for _ in range(4):
+        _step(cpu, opt_cpu, x.cpu(), x.cpu())
+    for p_cpu, p_dev in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(p_dev.cpu(), p_cpu, rtol=1e-5, atol=1e-6)

@@ -34,7 +34,18 @@ import numpy as np
 import torch
 from torch import fx
 
-from xlalab.runtime import backend, config, events, graph, index_checks, ir, metrics, sharding, tensor
+from xlalab.runtime import (
+    backend,
+    config,
+    donation,
+    events,
+    graph,
+    index_checks,
+    ir,
+    metrics,
+    sharding,
+    tensor,
+)
 from xlalab.runtime.frames import user_frames
 from xlalab.runtime.rng import rng_operands
 from xlalab.runtime.tensor import XlaTensor
@@ -444,9 +455,11 @@ def _compile(
         k for _, k in inputs if k in written and type(placeholders[k]) is XlaTensor and not sharding.enabled()
     ]
     donate_positions = tuple(pos for pos, k in inputs if k in donated)
+    written_by = {k: root for root, k, _, _ in mutations}
+    replacing = tuple(written_by[k] for _, k in inputs if k in donated)  # per donated leaf, its new value
     donating = None
     if donated:
-        donating = _compile_donating(g, leaves, scalar_array, donate_positions, key)
+        donating = _compile_donating(g, leaves, scalar_array, donate_positions, replacing, key)
     program: Any = None
     if donating is None:
         program = _plain_program(g, leaves, scalar_array, key, dev)
@@ -496,11 +509,20 @@ _DONATING_LIMIT = 256
 
 
 def _compile_donating(
-    g: graph.Graph, leaves: list[Any], scalar_array: Any, positions: tuple[int, ...], key: Any
+    g: graph.Graph,
+    leaves: list[Any],
+    scalar_array: Any,
+    positions: tuple[int, ...],
+    replacing: tuple[int, ...],
+    key: Any,
 ) -> _Donating | None:
     """``g`` compiled with the data leaves at ``positions`` donated, counted as the runtime
-    counts its compiles; None if it does not lower (the runtime's own compile then reports why)."""
-    full_key = (key, positions)
+    counts its compiles; None if it does not lower (the runtime's own compile then reports why).
+
+    ``replacing[i]`` is the root that is the new value of the leaf at ``positions[i]``: the
+    program returns its roots in ``donation.output_order``, so that each buffer goes to its own
+    new value, and the call puts them back in the roots' order."""
+    full_key = (key, positions, replacing)
     hit = _DONATING.get(full_key)
     device = f"xla:{g.key[-1]}"
     if hit is not None:
@@ -509,9 +531,11 @@ def _compile_donating(
         return hit
     fn = graph.build_function(g)
     n = len(leaves)
+    order = donation.output_order(len(g.roots), replacing)
 
     def flat(*operands: Any) -> list[Any]:
-        return fn(list(operands[:n]), operands[n])
+        roots = fn(list(operands[:n]), operands[n])
+        return [roots[i] for i in order] if order else roots
 
     graph.publish_compile_start(g, device, "dynamo_compile")
     t0 = time.perf_counter_ns()
@@ -525,7 +549,12 @@ def _compile_donating(
     program = graph.Program(executable, g.hash, len(g.nodes), int(g.key[-1]))
     graph.publish_compile(g, program, device, "dynamo_compile", seconds=dt / 1e9)
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves]
-    done = _Donating(program, executable, avals)
+
+    def call(*operands: Any) -> list[Any]:
+        outs = executable(*operands)
+        return donation.in_root_order(outs, order) if order else outs  # type: ignore[no-any-return]
+
+    done = _Donating(program, call, avals)
     _DONATING[full_key] = done
     if len(_DONATING) > _DONATING_LIMIT:
         _DONATING.popitem(last=False)

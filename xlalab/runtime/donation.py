@@ -14,6 +14,14 @@ other pending graph, no debugger) and its array by the leaf alone. Only a full b
 node of the graph stays reachable. A read of one tensor (``.item()``) syncs part of the
 pending IR and donates nothing.
 
+A donated buffer goes to the output that replaces it. JAX gives each donated input to the first
+output of its shape and dtype not yet given one, so a donating program returns those outputs
+first, in the donated leaves' order (``output_order``), and its caller puts them back in the
+roots' order. Paired otherwise (an optimizer's ``exp_avg`` buffer given the new parameter), XLA
+must copy every such input before the program and every result after it: the copies cost time
+and as much memory as donation saves. Which root replaces a leaf comes from the storage the root
+computes: the device data it held before it went pending (``Storage.replaced``).
+
 Which leaves are donated is fixed when the graph compiles (the executable is built for it). On a
 later run of the same program a donated leaf that has gained a holder is copied first, so a
 user's reference never sees a buffer XLA overwrote, and the program does not recompile
@@ -76,6 +84,24 @@ def guard(
         if everything or held:
             datas[i] = jnp.copy(datas[i])
             metrics.count("xlalab::DonationCopy")
+
+
+def output_order(n_outputs: int, replacing: Sequence[int]) -> tuple[int, ...]:
+    """The order a donating program returns its ``n_outputs`` roots in: for each donated leaf in
+    order, the root that replaces it (``replacing``, -1 where none is known), then the others.
+    Empty when that is the roots' own order."""
+    first = list(dict.fromkeys(r for r in replacing if 0 <= r < n_outputs))
+    chosen = set(first)
+    order = (*first, *[i for i in range(n_outputs) if i not in chosen])
+    return () if order == tuple(range(n_outputs)) else order
+
+
+def in_root_order(outs: Sequence[Any], order: Sequence[int]) -> list[Any]:
+    """A donating program's outputs (returned in ``order``) back in the roots' order."""
+    back: list[Any] = [None] * len(order)
+    for j, i in enumerate(order):
+        back[i] = outs[j]
+    return back
 
 
 def enabled() -> bool:

@@ -143,13 +143,18 @@ class Program:
     # and how many operand slots of the graph hold each of those leaves.
     donated: tuple[int, ...] = ()
     donated_uses: tuple[int, ...] = ()
+    # The order the executable returns the roots in (``donation.output_order``; empty: as is).
+    order: tuple[int, ...] = ()
 
     def run(self, datas: list[Any], scalars: Any) -> tuple[list[Any], Any]:
         """The roots' arrays, and a token that is ready when the program has finished."""
         if not self.donated:
             return self.executable(datas, scalars)  # type: ignore[no-any-return]
         given, kept = _split(datas, self.donated)
-        return self.executable(given, kept, scalars)  # type: ignore[no-any-return]
+        outs, done = self.executable(given, kept, scalars)
+        if self.order:
+            outs = donation.in_root_order(outs, self.order)
+        return outs, done
 
     def __call__(self, datas: list[Any], scalars: Any) -> list[Any]:
         return self.run(datas, scalars)[0]
@@ -177,9 +182,11 @@ def _named_as(wrapper: Any, fn: Any) -> Any:
     return wrapper
 
 
-def _with_donated_argument(fn: Callable[[list[Any], Any], Any], donated: tuple[int, ...], n: int) -> Any:
+def _with_donated_argument(
+    fn: Callable[[list[Any], Any], Any], donated: tuple[int, ...], n: int, order: tuple[int, ...]
+) -> Any:
     """``fn(datas, scalars)`` as ``f(donated_datas, kept_datas, scalars)``: ``jax.jit`` donates
-    whole arguments."""
+    whole arguments. The roots come back in ``order`` (see ``donation.output_order``)."""
     kept_positions = [i for i in range(n) if i not in set(donated)]
 
     def with_donated(given: list[Any], kept: list[Any], scalars: Any) -> Any:
@@ -188,7 +195,8 @@ def _with_donated_argument(fn: Callable[[list[Any], Any], Any], donated: tuple[i
             datas[i] = a
         for i, a in zip(kept_positions, kept):
             datas[i] = a
-        return fn(datas, scalars)
+        outs, done = fn(datas, scalars)
+        return ([outs[i] for i in order] if order else outs), done
 
     return _named_as(with_donated, fn)
 
@@ -507,8 +515,10 @@ def compile_graph(
     reason: str = "",
     donated: tuple[int, ...] = (),
     donated_uses: tuple[int, ...] = (),
+    order: tuple[int, ...] = (),
 ) -> Program:
-    """Compile ``graph`` for these inputs; the data leaves at ``donated`` are given to XLA."""
+    """Compile ``graph`` for these inputs; the data leaves at ``donated`` are given to XLA, and
+    the roots come out in ``order`` (``donation.output_order``: each buffer to its new value)."""
     publish_compile_start(graph, f"xla:{graph.key[-1]}", reason)
     t0 = time.perf_counter_ns()
     fn = _with_done_token(build_function(graph))
@@ -522,7 +532,7 @@ def compile_graph(
                 # A donated leaf no output can reuse is still freed at once (nothing holds it).
                 warnings.filterwarnings("ignore", "Some donated buffers were not usable")
                 jitted = jax.jit(
-                    _with_donated_argument(fn, donated, len(datas)),
+                    _with_donated_argument(fn, donated, len(datas), order),
                     donate_argnums=(0,),
                     **options,
                 )
@@ -537,7 +547,7 @@ def compile_graph(
     dt = time.perf_counter_ns() - t0
     metrics.record("CompileTime", dt)
     metrics.count("UncachedCompile")
-    prog = Program(executable, graph.hash, len(graph.nodes), graph.key[-1], donated, donated_uses)
+    prog = Program(executable, graph.hash, len(graph.nodes), graph.key[-1], donated, donated_uses, order)
     publish_compile(graph, prog, f"xla:{prog.device}", reason, seconds=dt / 1e9)
     return prog
 
@@ -688,11 +698,15 @@ def note_cache_hit(graph: Graph, prog: Any, device: int, reason: str) -> None:
     publish_compile(graph, prog, f"xla:{device}", reason, cached=True)
 
 
-def execute(roots: Sequence[Node], reason: str, donate: bool = False) -> list[Any]:
+def execute(
+    roots: Sequence[Node], reason: str, donate: bool = False, replaced: Sequence[int] = ()
+) -> list[Any]:
     """Compute ``roots`` (all on one device) and return their arrays.
 
     ``donate``: the caller replaces every pending value of the device with its result (a full
-    barrier), so leaves nothing else holds may be given to XLA (see donation.py).
+    barrier), so leaves nothing else holds may be given to XLA (see donation.py); ``replaced``
+    says, per root, which leaf it replaces (``Storage.replaced``), so each buffer goes to its
+    new value.
     """
     metrics.flush_tracing()
     if _op_by_op(reason):
@@ -727,11 +741,16 @@ def execute(roots: Sequence[Node], reason: str, donate: bool = False) -> list[An
     # Which leaves this compile would donate: decided now, from who holds them (``donation``).
     donated: tuple[int, ...] = ()
     uses: tuple[int, ...] = ()
+    order: tuple[int, ...] = ()
     if prog is None and donate:
         donated, uses = _free_leaves(graph, leaves, datas)
+        if donated and replaced:
+            root_of = {leaf: r for r, leaf in enumerate(replaced) if leaf}
+            replacing = [root_of.get(id(leaves[i]), -1) for i in donated]
+            order = donation.output_order(len(roots), replacing)
     if prog is None and not sharding.enabled() and program_store.usable():
         # A new process: an earlier one may have left this program on disk.
-        text = program_store.structure_text(graph, settings, donated, uses)
+        text = program_store.structure_text(graph, settings, donated, uses, order)
         prog = _load_stored(graph, text, reason) if text else None
         if prog is not None:
             CACHE.put(key, prog)
@@ -751,12 +770,12 @@ def execute(roots: Sequence[Node], reason: str, donate: bool = False) -> list[An
             len(graph.nodes),
         )
         t_compile, jax_hits = time.perf_counter(), compile_cache.jax_cache_hits()
-        prog = compile_graph(graph, datas, scalars, reason, donated, uses)
+        prog = compile_graph(graph, datas, scalars, reason, donated, uses, order)
         CACHE.put(key, prog)
         # Only what XLA compiled here: an executable JAX read from its own cache does not
         # serialize again whole on every backend (XLA:CPU loses its kernels).
         if text and compile_cache.jax_cache_hits() == jax_hits:
-            program_store.save(text, prog.executable, donated, uses, time.perf_counter() - t_compile)
+            program_store.save(text, prog.executable, donated, uses, order, time.perf_counter() - t_compile)
     elif in_memory:
         note_cache_hit(graph, prog, device, reason)
     t0 = time.perf_counter_ns()
@@ -813,10 +832,10 @@ def _load_stored(graph: Graph, text: str, reason: str) -> Program | None:
     stored = program_store.load(text, graph.key[-1])
     if stored is None:
         return None
-    executable, donated, uses = stored
+    executable, donated, uses, order = stored
     device = f"xla:{graph.key[-1]}"
     publish_compile_start(graph, device, reason)
-    prog = Program(executable, graph.hash, len(graph.nodes), graph.key[-1], donated, uses)
+    prog = Program(executable, graph.hash, len(graph.nodes), graph.key[-1], donated, uses, order)
     dt = time.perf_counter_ns() - t0
     metrics.record("CompileTime", dt)
     metrics.count("UncachedCompile")
@@ -826,7 +845,7 @@ def _load_stored(graph: Graph, text: str, reason: str) -> Program | None:
 
 
 def execute_isolating(
-    roots: Sequence[Node], reason: str, donate: bool = False
+    roots: Sequence[Node], reason: str, donate: bool = False, replaced: Sequence[int] = ()
 ) -> tuple[list[Any], dict[int, LoweringError]]:
     """``execute``, keeping a failure where it happened: the roots that depend on the failing
     node get the error (by position), every other root is computed all the same. (Donating
@@ -837,7 +856,8 @@ def execute_isolating(
     remaining = list(range(len(roots)))
     while remaining:
         try:
-            outs = execute([roots[i] for i in remaining], reason, donate)
+            kept = [replaced[i] for i in remaining] if replaced else ()
+            outs = execute([roots[i] for i in remaining], reason, donate, kept)
         except LoweringError as e:
             # The failed tensors keep the error; its traceback would keep these frames, and
             # with them every array this sync computed, alive as long as they do.
@@ -900,7 +920,9 @@ def _compute_storages(storages: list[Any], reason: str) -> LoweringError | None:
     for dev, group in sorted(by_device.items()):
         # Every pending value of the device is a root here: leaves no one else holds may be
         # given to XLA.
-        arrays, errors = execute_isolating([st.node for st in group], reason, donate=True)
+        arrays, errors = execute_isolating(
+            [st.node for st in group], reason, donate=True, replaced=[st.replaced for st in group]
+        )
         for i, (st, array) in enumerate(zip(group, arrays)):
             if i in errors:
                 # Marked, not pending: reading it raises this error again, later syncs skip it.

@@ -35,7 +35,7 @@ from . import backend, compile_cache, debug_files, ir
 if TYPE_CHECKING:
     from .graph import Graph
 
-_FORMAT = 1
+_FORMAT = 2
 STORE_LIMIT_BYTES = compile_cache.DISK_LIMIT_BYTES // 2  # beside JAX's own cache, in its folder
 # Programs that took this long to trace and compile are kept (JAX keeps those over 1 s of XLA
 # compile; a training step of a small model takes 0.5 to 1 s here, all of which a new process
@@ -93,11 +93,11 @@ def usable() -> bool:
 
 
 def structure_text(
-    graph: Graph, settings: Any, donated: tuple[int, ...], uses: tuple[int, ...]
+    graph: Graph, settings: Any, donated: tuple[int, ...], uses: tuple[int, ...], order: tuple[int, ...] = ()
 ) -> str | None:
     """The exact text of ``graph``'s program compiled with the data leaves at ``donated``
-    donated (a program donating fewer would run, but update less in place), or None when some
-    argument has no stable text."""
+    donated (a program donating fewer would run, but update less in place) and its roots
+    returned in ``order``, or None when some argument has no stable text."""
     if not _FINGERPRINT:
         _FINGERPRINT.append(_fingerprint())
     position = {id(n): i for i, n in enumerate(graph.nodes)}
@@ -107,7 +107,7 @@ def structure_text(
         _text(settings),
         f"{device.platform}:{device.id}",
         repr(graph.roots),
-        f"donated {donated} {uses}",
+        f"donated {donated} {uses} order {order}",
     ]
     try:
         for n in graph.nodes:
@@ -127,27 +127,34 @@ def _files(text: str) -> tuple[Path, Path] | None:
     return base / f"{name}.program", base / f"{name}.graph"
 
 
-def load(text: str, device: int) -> tuple[Any, tuple[int, ...], tuple[int, ...]] | None:
-    """(executable, donated leaves, their uses) stored for ``text``, for xla ``device`` (the one
-    it was compiled for: the text names it), or None."""
+def load(text: str, device: int) -> tuple[Any, tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """(executable, donated leaves, their uses, its roots' order) stored for ``text``, for xla
+    ``device`` (the one it was compiled for: the text names it), or None."""
     files = _files(text)
     if files is None or not files[0].exists():
         return None
     try:
         if files[1].read_text() != text:
             return None  # a different graph with the same digest: never load it
-        payload, in_tree, out_tree, donated, uses = pickle.loads(files[0].read_bytes())
+        payload, in_tree, out_tree, donated, uses, order = pickle.loads(files[0].read_bytes())
         from jax.experimental.serialize_executable import deserialize_and_load
 
         loaded = deserialize_and_load(payload, in_tree, out_tree, backend.jax_device(device).client)
         os.utime(files[0])  # recently used: the last to be dropped when the store is full
-        return loaded, donated, uses
+        return loaded, donated, uses, order
     except Exception as e:  # a damaged or foreign file: compile instead
         debug_files.warn_once("XLA_PERSISTENT_CACHE_PATH", str(files[0]), e)
         return None
 
 
-def save(text: str, executable: Any, donated: tuple[int, ...], uses: tuple[int, ...], seconds: float) -> None:
+def save(
+    text: str,
+    executable: Any,
+    donated: tuple[int, ...],
+    uses: tuple[int, ...],
+    order: tuple[int, ...],
+    seconds: float,
+) -> None:
     """Keep a compiled program for later processes (when its compile was worth keeping)."""
     state = compile_cache.disk_cache()
     threshold = min(MIN_SECONDS, jax.config.values["jax_persistent_cache_min_compile_time_secs"])
@@ -160,7 +167,7 @@ def save(text: str, executable: Any, donated: tuple[int, ...], uses: tuple[int, 
         from jax.experimental.serialize_executable import serialize
 
         payload, in_tree, out_tree = serialize(executable)
-        blob = pickle.dumps((payload, in_tree, out_tree, donated, uses))
+        blob = pickle.dumps((payload, in_tree, out_tree, donated, uses, order))
         files[0].parent.mkdir(parents=True, exist_ok=True)
         for path, data in ((files[1], text.encode()), (files[0], blob)):
             partial = path.with_suffix(f".{os.getpid()}.partial")

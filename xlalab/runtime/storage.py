@@ -18,10 +18,14 @@ from .ir import Node
 class Storage:
     """The current value of a base tensor, shared by all its aliases and views."""
 
-    __slots__ = ("__weakref__", "device", "node", "ref", "serial")
+    __slots__ = ("__weakref__", "device", "node", "ref", "replaced", "serial")
 
     def __init__(self, node: Node, device: int) -> None:
         self.node = node
+        # id() of the device data this storage held before its value went pending: the leaf a
+        # barrier's result replaces, whose buffer it may reuse (donation.py). An id, so that it
+        # holds no reference; only a hint for pairing buffers, never for what a program computes.
+        self.replaced = 0
         self.device = device
         self.serial = next(_serials)
         # One weak reference per storage: it keys the pending set and counts deaths.
@@ -57,6 +61,8 @@ def _on_storage_death(
 
 def set_node(st: Storage, node: Node) -> None:
     """Give a storage a new value (pending IR or device data)."""
+    if st.node.op is ir.DATA:
+        st.replaced = id(st.node)
     st.node = node
     if node.op is not ir.DATA and node.op is not ir.ERROR:
         _pending[st.serial] = st.ref
