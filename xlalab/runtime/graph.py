@@ -744,7 +744,8 @@ def execute(
     order: tuple[int, ...] = ()
     if prog is None and donate:
         donated, uses = _free_leaves(graph, leaves, datas)
-        if donated and replaced:
+        # SPMD programs pin each root's sharding in root order: their outputs keep that order.
+        if donated and replaced and not sharding.enabled():
             root_of = {leaf: r for r, leaf in enumerate(replaced) if leaf}
             replacing = [root_of.get(id(leaves[i]), -1) for i in donated]
             order = donation.output_order(len(roots), replacing)
