@@ -534,8 +534,7 @@ def _compile_donating(
     order = donation.output_order(len(g.roots), replacing)
 
     def flat(*operands: Any) -> list[Any]:
-        roots = fn(list(operands[:n]), operands[n])
-        return [roots[i] for i in order] if order else roots
+        return donation.in_program_order(fn(list(operands[:n]), operands[n]), order)
 
     graph.publish_compile_start(g, device, "dynamo_compile")
     t0 = time.perf_counter_ns()

@@ -96,6 +96,11 @@ def output_order(n_outputs: int, replacing: Sequence[int]) -> tuple[int, ...]:
     return () if order == tuple(range(n_outputs)) else order
 
 
+def in_program_order(roots: Sequence[Any], order: Sequence[int]) -> list[Any]:
+    """The roots (or anything given per root) in the order a donating program returns them."""
+    return [roots[i] for i in order] if order else list(roots)
+
+
 def in_root_order(outs: Sequence[Any], order: Sequence[int]) -> list[Any]:
     """A donating program's outputs (returned in ``order``) back in the roots' order."""
     back: list[Any] = [None] * len(order)

@@ -196,7 +196,7 @@ def _with_donated_argument(
         for i, a in zip(kept_positions, kept):
             datas[i] = a
         outs, done = fn(datas, scalars)
-        return ([outs[i] for i in order] if order else outs), done
+        return donation.in_program_order(outs, order), done
 
     return _named_as(with_donated, fn)
 
@@ -524,7 +524,8 @@ def compile_graph(
     fn = _with_done_token(build_function(graph))
     options = sharding.jit_options(graph)
     if "out_shardings" in options:
-        options["out_shardings"] = (options["out_shardings"], None)  # the token's is XLA's choice
+        roots = donation.in_program_order(options["out_shardings"], order)
+        options["out_shardings"] = (roots, None)  # the token's is XLA's choice
     lowered = None
     try:
         if donated:
@@ -744,8 +745,7 @@ def execute(
     order: tuple[int, ...] = ()
     if prog is None and donate:
         donated, uses = _free_leaves(graph, leaves, datas)
-        # SPMD programs pin each root's sharding in root order: their outputs keep that order.
-        if donated and replaced and not sharding.enabled():
+        if donated and replaced:
             root_of = {leaf: r for r, leaf in enumerate(replaced) if leaf}
             replacing = [root_of.get(id(leaves[i]), -1) for i in donated]
             order = donation.output_order(len(roots), replacing)
@@ -857,8 +857,8 @@ def execute_isolating(
     remaining = list(range(len(roots)))
     while remaining:
         try:
-            kept = [replaced[i] for i in remaining] if replaced else ()
-            outs = execute([roots[i] for i in remaining], reason, donate, kept)
+            replacing = [replaced[i] for i in remaining] if replaced else ()
+            outs = execute([roots[i] for i in remaining], reason, donate, replacing)
         except LoweringError as e:
             # The failed tensors keep the error; its traceback would keep these frames, and
             # with them every array this sync computed, alive as long as they do.

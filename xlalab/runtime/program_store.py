@@ -93,7 +93,7 @@ def usable() -> bool:
 
 
 def structure_text(
-    graph: Graph, settings: Any, donated: tuple[int, ...], uses: tuple[int, ...], order: tuple[int, ...] = ()
+    graph: Graph, settings: Any, donated: tuple[int, ...], uses: tuple[int, ...], order: tuple[int, ...]
 ) -> str | None:
     """The exact text of ``graph``'s program compiled with the data leaves at ``donated``
     donated (a program donating fewer would run, but update less in place) and its roots
