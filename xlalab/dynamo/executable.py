@@ -36,11 +36,11 @@ from torch import fx
 
 from xlalab.runtime import (
     backend,
+    checks,
     config,
     donation,
     events,
     graph,
-    index_checks,
     ir,
     metrics,
     sharding,
@@ -153,7 +153,7 @@ class Variant:
     outputs: list[_Output]
     mutations: list[tuple[int, int, tuple[int, ...], torch.dtype]]  # (root, argument, shape, dtype)
     fixed_scalars: Any = None
-    checks: list[Any] = field(default_factory=list)  # XLALAB_CHECK_INDICES flags, the last outputs
+    checks: list[checks.Check] = field(default_factory=list)  # their flags are the last outputs
     donating: Any = None  # called as donating(*datas, scalars)
     donated: list[int] = field(default_factory=list)  # argument indices whose buffers it donates
     kept: list[int] = field(default_factory=list)  # the other arguments read from the device
@@ -176,6 +176,7 @@ class Variant:
         return not any(type(a := args[k]) is XlaTensor and id(a._st) in storages for k in self.kept)
 
     def run(self, args: Sequence[Any], name: str) -> list[Any]:
+        checks.raise_deferred(wait=False)
         dev = self.device
         datas = self.leaves.copy()
         donate = self.donating is not None and self._may_donate(args)
@@ -219,7 +220,7 @@ class Variant:
         for root, k, shape, dtype in self.mutations:
             _write_back(args[k], ir.data(outs[root], shape, dtype, dev))
         if self.checks:
-            index_checks.raise_if_out_of_range(self.checks, list(outs[-len(self.checks) :]))
+            checks.after_run(self.checks, list(outs[-len(self.checks) :]))
         results: list[Any] = []
         for o in self.outputs:
             if o.kind == "root":
@@ -269,6 +270,14 @@ class _Run(fx.Interpreter):
     The compiled optimizers' foreach ops come with overloads that mix a Python number and a
     tensor list (``_foreach_pow.ScalarAndTensor``); their per-tensor op records like any other.
     """
+
+    def run_node(self, n: fx.Node) -> Any:
+        # Checks the node makes (an assertion, an index check) name the user's line it traced.
+        checks.origin[0] = checks.where_of(n.meta.get("stack_trace"))
+        try:
+            return super().run_node(n)
+        finally:
+            checks.origin[0] = None
 
     def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if isinstance(target, torch._ops.OpOverload) and target._schema.name.startswith("aten::_foreach_"):
@@ -350,6 +359,7 @@ def trace(gm: fx.GraphModule, args: Sequence[Any], dev: int, name: str) -> Varia
     rng_state = torch.xla.get_rng_state(dev)  # type: ignore[attr-defined]
     eager = config.get(_EAGER_SETTING)
     unsubscribe = events.subscribe(watch)
+    mark = checks.mark()
     try:
         if eager:
             config.set(_EAGER_SETTING, False)  # traced, not run op by op
@@ -360,6 +370,7 @@ def trace(gm: fx.GraphModule, args: Sequence[Any], dev: int, name: str) -> Varia
         if eager:
             config.set(_EAGER_SETTING, True)
         torch.xla.set_rng_state(rng_state, dev)  # type: ignore[attr-defined]
+        made = checks.made_since(mark)  # the graph's own assertions and index checks
     if cuts:
         raise NotOneProgram(cuts[0])
     if not isinstance(outs, (tuple, list)):
@@ -399,11 +410,10 @@ def trace(gm: fx.GraphModule, args: Sequence[Any], dev: int, name: str) -> Varia
     for p in placeholders:
         if isinstance(p, XlaTensor):
             tensor.forget_pending([p._st])
-    checks = index_checks.take(dev) if index_checks.enabled[0] else []
     variant = _compile(
-        [*roots, *[c.node for c in checks]], placeholders, originals, outputs, mutations, dev, name
+        [*roots, *[c.node for c in made]], placeholders, originals, outputs, mutations, dev, name
     )
-    variant.checks = checks
+    variant.checks = made
     return variant
 
 

@@ -34,7 +34,7 @@ from typing import Any
 from xlalab.debug import analysis_errors, barriers, graph_diff, recompiles
 from xlalab.runtime import events, ir, sharding
 from xlalab.runtime.frames import Frame
-from xlalab.runtime.frames import _is_library as _is_runtime_library
+from xlalab.runtime.frames import is_library as _is_runtime_library
 
 from .cells import CellMap
 

@@ -52,7 +52,7 @@ _RUNNER_DIRS = tuple(
 _LIBRARY: dict[str, bool] = {}  # file name -> is it library code (few distinct files, asked per frame)
 
 
-def _is_library(filename: str) -> bool:
+def is_library(filename: str) -> bool:
     known = _LIBRARY.get(filename)
     if known is None:
         known = _LIBRARY[filename] = (
@@ -76,7 +76,7 @@ def user_frames(limit: int | None = None) -> tuple[Frame, ...]:
     f = sys._getframe(1)
     while f is not None and len(out) < limit:
         code = f.f_code
-        if not _is_library(code.co_filename):
+        if not is_library(code.co_filename):
             out.append(Frame(code.co_filename, f.f_lineno, code.co_name))
         f = f.f_back  # type: ignore[assignment]
     return tuple(out)
@@ -98,7 +98,7 @@ def ir_frames(limit: int) -> tuple[Frame, ...]:
             out = []
             for entry in reversed(tb):
                 m = _TB_LINE.search(entry)
-                if m and not _is_library(m["file"]):
+                if m and not is_library(m["file"]):
                     out.append(Frame(m["file"], int(m["line"]), m["fn"]))
                     if len(out) == limit:
                         break

@@ -27,6 +27,7 @@ import torch
 
 from . import (
     backend,
+    checks,
     compile_cache,
     config,
     debug_files,
@@ -376,6 +377,7 @@ def _checked(op: Any, res: Any, shape: Any, dtype: torch.dtype) -> Any:
 # Nodes that are not aten ops: registered here, beside the graph machinery that makes them.
 SPECIAL_LOWERINGS: dict[Any, Callable[[list[Any], Any, Any, Any], Any]] = {}
 SPECIAL_LOWERINGS[index_checks.CHECK] = index_checks.lower
+SPECIAL_LOWERINGS[checks.ASSERT] = checks.lower_assert
 SPECIAL_LOWERINGS[sharding.CONSTRAINT] = sharding.lower_constraint
 # Collective ops (registered by xlalab.runtime.replicated): op -> how many replicas a node spans.
 COLLECTIVES: dict[Any, Callable[[Node], int]] = {}
@@ -710,6 +712,10 @@ def execute(
     new value.
     """
     metrics.flush_tracing()
+    checks.raise_deferred(wait=False)
+    pending_checks = checks.take(roots[0].device) if roots else []
+    if pending_checks:
+        roots = [*roots, *[c.node for c in pending_checks]]
     if _op_by_op(reason):
         graph = linearize(roots)
         _refuse_collectives(graph)
@@ -725,10 +731,10 @@ def execute(
                     frames=user_frames(),
                 )
             )
+        if pending_checks:
+            checks.after_run(pending_checks, outs[-len(pending_checks) :])
+            outs = outs[: -len(pending_checks)]
         return outs
-    checks = index_checks.take(roots[0].device) if index_checks.enabled[0] and roots else []
-    if checks:
-        roots = [*roots, *[c.node for c in checks]]
     graph = linearize(roots)
     device = graph.key[-1]
     leaves, datas, scalars = _inputs(graph, device)
@@ -811,9 +817,9 @@ def execute(
                 frames=user_frames(),
             )
         )
-    if checks:
-        index_checks.raise_if_out_of_range(checks, list(outs[-len(checks) :]))
-        outs = outs[: -len(checks)]
+    if pending_checks:
+        checks.after_run(pending_checks, list(outs[-len(pending_checks) :]))
+        outs = outs[: -len(pending_checks)]
     return list(outs)
 
 
@@ -907,6 +913,10 @@ def sync(reason: str = "mark_step", device: int | None = None) -> None:
     if first_error is not None:
         del storages  # the error's traceback holds this frame: let it not hold the tensors
         raise first_error
+    for dev in checks.devices(device):
+        if dev not in owned:  # checks made where nothing else is pending: a graph of their own
+            made = checks.take(dev)
+            checks.after_run(made, execute([c.node for c in made], reason))
     if not storages and events.listening():
         # A barrier with nothing pending still marks a step for debuggers that count steps.
         events.publish(events.SyncEvent(reason=reason, num_tensors=0, frames=user_frames()))
@@ -1023,3 +1033,4 @@ def wait_device_ops() -> None:
     for arr in jax.live_arrays():
         arr.block_until_ready()
     execution_timer.drain()
+    checks.raise_deferred(wait=True)

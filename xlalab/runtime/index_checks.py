@@ -11,29 +11,17 @@ and a read per sync, so the mode is off by default.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import jax.numpy as jnp
-import numpy as np
 import torch
 
-from . import config, ir
-from .frames import user_frames
+from . import checks, config, ir
 
 aten = torch.ops.aten
 CHECK = "xla::index_check"
 
 
-@dataclass
-class Check:
-    node: ir.Node  # bool, (): some index out of range
-    op: str
-    size: int
-    where: str
-
-
-_pending: list[Check] = []
 enabled: list[bool] = [False]
 config.watch("XLALAB_CHECK_INDICES", lambda on: enabled.__setitem__(0, bool(on)))
 
@@ -70,36 +58,21 @@ def note(
 ) -> None:
     """Record the range checks of one indexing op (checked mode only); ``node_of`` gives an
     xla tensor's current value (None for anything else)."""
-    checks = _indexed(func, args, kwargs)
-    if not checks:
+    indexed = _indexed(func, args, kwargs)
+    if not indexed:
         return
-    frames = user_frames()
-    where = f"{frames[0].file}:{frames[0].line}" if frames else "an unknown line"
-    for index, size, negative_ok in checks:
+    where = checks.where()
+    for index, size, negative_ok in indexed:
         src = node_of(index)
         if src is None or index.dtype.is_floating_point or index.dtype is torch.bool:
             continue
         lo = -size if negative_ok else 0
         node = ir.Node(CHECK, (src,), (lo, size), (), torch.bool, src.device)
-        _pending.append(Check(node, func._schema.name, size, where))
-
-
-def take(device: int) -> list[Check]:
-    """The pending checks of ``device``, removed from the pending list."""
-    mine = [c for c in _pending if c.node.device == device]
-    if mine:
-        _pending[:] = [c for c in _pending if c.node.device != device]
-    return mine
-
-
-def raise_if_out_of_range(checks: list[Check], flags: list[Any]) -> None:
-    for check, flag in zip(checks, flags):
-        if bool(np.asarray(flag)):
-            raise IndexError(
-                f"{check.op}: an index is out of range for a dimension of size {check.size} "
-                f"(made at {check.where}). Eager PyTorch raises here; XLA would have clamped it "
-                "(XLALAB_CHECK_INDICES is on)."
-            )
+        message = (
+            f"{func._schema.name}: an index is out of range for a dimension of size {size} (made at "
+            f"{where}). Eager PyTorch raises here; XLA would have clamped it (XLALAB_CHECK_INDICES is on)."
+        )
+        checks.add(checks.Check(node, IndexError, message))
 
 
 def lower(vals: list[Any], arg: Any, shape: Any, dtype: Any) -> Any:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch._ops import OpOverload
 
-from . import backend, backward_errors, config, events, index_checks, ir, metrics, rng
+from . import backend, backward_errors, checks, config, events, index_checks, ir, metrics, replica_state, rng
 from .frames import ir_frames, user_frames
 from .graph import materialize, sync
 from .ir import Node, slot
@@ -1033,7 +1033,21 @@ RANDOM_OPS = {
     aten.exponential_.default,
     aten.native_dropout.default,
 }
+def _assert_async(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``torch._assert_async(cond[, msg])``: a check computed with the next graph, raised at a
+    later sync (``checks``); ``_functional_assert_async`` returns its ordering token."""
+    if replica_state.current() is not None:
+        # Replicas run their graphs as one program of their own: the check is read now instead.
+        return fallback(func, args, kwargs)
+    message = args[1] if len(args) > 1 else kwargs.get("assert_msg")
+    checks.assert_async(_node_of, args[0], message)
+    return args[2] if func is aten._functional_assert_async.msg else None
+
+
 _SPECIAL: dict[OpOverload, Handler] = {
+    aten._assert_async.default: _assert_async,
+    aten._assert_async.msg: _assert_async,
+    aten._functional_assert_async.msg: _assert_async,
     aten.detach.default: _alias,
     aten.alias.default: _alias,
     aten.lift_fresh.default: _lift_fresh,
@@ -1159,6 +1173,7 @@ def to_cpu_many(ts: list[XlaTensor], reason: str) -> list[torch.Tensor]:
     if not ts:
         return []
     arrays = materialize([value(t) for t in ts], [t._st for t in ts], reason)
+    checks.raise_deferred(wait=True)  # the host waits here: an assertion's flag is as cheap to read
     out = []
     for t, array in zip(ts, arrays):
         t0 = time.perf_counter_ns()

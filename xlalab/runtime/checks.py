@@ -1,0 +1,147 @@
+"""Checks computed on the device with a graph: a flag that, when set, becomes a Python error.
+
+XLA has no errors at run time, so a condition eager PyTorch raises on is computed as a small
+boolean node ("this check failed") that joins the next graph of its device as an extra output.
+Two kinds read their flag at different times:
+
+- an *immediate* check is read right after its program runs (XLALAB_CHECK_INDICES: a debugging
+  mode that already pays a read per sync);
+- a *deferred* check is an assertion the program makes without waiting for it,
+  ``torch._assert_async`` (which torch's own decompositions emit, e.g. ``one_hot``'s class
+  range in a compiled graph). Its flag is read at the next point the host waits for the device
+  anyway (a value read to the CPU, ``wait_device_ops``), or at the next execution if the
+  program has finished by then; the error names the assertion's message and the line that made
+  it. This is how a device-side assert behaves on CUDA: asynchronous, reported at a sync.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from . import ir
+from .frames import Frame, is_library, user_frames
+
+ASSERT = "xla::assert_failed"
+
+
+@dataclass
+class Check:
+    node: ir.Node  # bool (): the check failed
+    error: type[Exception]
+    message: str  # the whole error message
+    deferred: bool = False
+
+
+_pending: list[Check] = []  # recorded, not yet part of a program
+_in_flight: list[tuple[Check, Any]] = []  # deferred checks run by a program: (check, flag array)
+
+
+def add(check: Check) -> None:
+    _pending.append(check)
+
+
+def take(device: int) -> list[Check]:
+    """The pending checks of ``device``, removed from the pending list: the caller computes them
+    with its graph (their nodes become its last roots)."""
+    if not _pending:
+        return []
+    mine = [c for c in _pending if c.node.device == device]
+    if mine:
+        _pending[:] = [c for c in _pending if c.node.device != device]
+    return mine
+
+
+def mark() -> int:
+    return len(_pending)
+
+
+def made_since(mark: int) -> list[Check]:
+    """The checks recorded since ``mark()`` gave ``mark``, removed from the pending list: what
+    one traced graph made (compiled mode), none of what was pending before it."""
+    made = _pending[mark:]
+    del _pending[mark:]
+    return made
+
+
+def devices(device: int | None = None) -> list[int]:
+    """The devices with pending checks (``device`` alone, if given)."""
+    return sorted({c.node.device for c in _pending if device is None or c.node.device == device})
+
+
+def after_run(checks: list[Check], flags: list[Any]) -> None:
+    """Raise the first failed immediate check; keep the deferred ones' flags for a later sync."""
+    for check, flag in zip(checks, flags):
+        if check.deferred:
+            _in_flight.append((check, flag))
+        elif bool(np.asarray(flag)):
+            raise check.error(check.message)
+
+
+def raise_deferred(wait: bool) -> None:
+    """Raise the first failed deferred check (all of them, oldest first, if ``wait``; else only
+    those whose program has already finished, without waiting)."""
+    if not _in_flight:
+        return
+    kept: list[tuple[Check, Any]] = []
+    failed: Check | None = None
+    for check, flag in _in_flight:
+        if failed is None and (wait or flag.is_ready()):
+            if bool(np.asarray(flag)):
+                failed = check
+        else:
+            kept.append((check, flag))
+    _in_flight[:] = kept
+    if failed is not None:
+        raise failed.error(failed.message)
+
+
+# ----------------------------------------------------------------------------- torch._assert_async
+
+# Where an assertion comes from when its caller is not on the stack: compiled mode sets it to
+# the line of the FX node it is running (the frames then are dynamo's, not the user's).
+origin: list[str | None] = [None]
+_FILE_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def where_of(stack_trace: str | None) -> str | None:
+    """``file:line`` of the innermost user frame of an FX node's stack trace (as ``where``
+    picks on the stack: library files are skipped)."""
+    found = [(f, line) for f, line in _FILE_LINE.findall(stack_trace or "") if not is_library(f)]
+    return f"{found[-1][0]}:{found[-1][1]}" if found else None
+
+
+def where() -> str:
+    """``file:line`` of the user's code recording an op now."""
+    if origin[0] is not None:
+        return origin[0]
+    frames: tuple[Frame, ...] = user_frames(1)
+    return f"{frames[0].file}:{frames[0].line}" if frames else "an unknown line"
+
+
+def assert_async(node_of: Any, cond: torch.Tensor, message: str | None) -> None:
+    """Record ``torch._assert_async(cond, message)`` on an xla tensor: a deferred check that
+    ``cond``, one element, is nonzero (``node_of`` gives an xla tensor's current value)."""
+    if cond.numel() != 1:  # eager checks the shape before any value, as here
+        amount = "no values" if cond.numel() == 0 else "more than one value"
+        raise RuntimeError(f"Boolean value of Tensor with {amount} is ambiguous")
+    src = node_of(cond)
+    text = message or "Expected Tensor with single nonzero value, but got zero"
+    add(
+        Check(
+            ir.Node(ASSERT, (src,), None, (), torch.bool, src.device),
+            RuntimeError,
+            f"{text} (torch._assert_async at {where()}: checked on the device and reported at this "
+            "sync, as a device-side assert is)",
+            deferred=True,
+        )
+    )
+
+
+def lower_assert(vals: list[Any], arg: Any, shape: Any, dtype: Any) -> Any:
+    return jnp.all(vals[0] == 0)
