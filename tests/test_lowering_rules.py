@@ -633,6 +633,17 @@ case(aten.native_group_norm.default, lambda: (R(2, 6, 4, 3), P(6), R(6), 2, 6, 1
 case(aten.native_group_norm_backward.default, _gn_bw, 1e-4, 1e-5)
 
 
+
+def _wn_bw(shape: tuple, dim: int) -> tuple:
+    v = R(*shape)
+    g = P(*[n if i == dim % len(shape) else 1 for i, n in enumerate(shape)])
+    w, norms = aten._weight_norm_interface(v, g, dim)
+    return (torch.randn_like(w), v, g, norms, dim)
+
+
+for _shape, _dim in (((4, 3, 5), 0), ((4, 3, 5), 2), ((6, 7), 1)):
+    case(aten._weight_norm_interface_backward.default, lambda s=_shape, d=_dim: _wn_bw(s, d), 1e-4, 1e-5)
+
 # softmax
 def _masked(*shape: int) -> torch.Tensor:
     return R(*shape).masked_fill(torch.ones(shape[-1], shape[-1], dtype=torch.bool).triu(1), -float("inf"))

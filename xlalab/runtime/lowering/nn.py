@@ -298,6 +298,19 @@ def _native_layer_norm_backward(
     )
 
 
+@lowering(aten._weight_norm_interface_backward.default)
+def _weight_norm_interface_backward(
+    grad_w: Array, v: Array, g: Array, norms: Array, dim: int
+) -> tuple[Array, Array]:
+    """Gradients of ``w = v * g / |v|`` (the norm over every axis but ``dim``, saved by the
+    forward) for ``v`` and ``g``, as torch's kernel writes them."""
+    others = tuple(i for i in range(v.ndim) if i != dim % v.ndim)
+    gw, vf, gf, nf = (compute_float(a) for a in (grad_w, v, g, norms))
+    dot = jnp.sum(gw * vf, axis=others, keepdims=True)
+    grad_v = (gf / nf) * (gw - vf * (dot / (nf * nf)))
+    return grad_v.astype(v.dtype), (dot / nf).astype(g.dtype)
+
+
 def _group_norm(
     x: Array, weight: Array | None, bias: Array | None, group: int, eps: float
 ) -> tuple[Array, Array, Array]:
