@@ -140,9 +140,20 @@ def _factory(op: Any) -> Any:
             if node is not None:
                 node.device = index
                 return wrap(node)
-        meta = op(*args, device="meta", **kwargs)
+        try:
+            meta = op(*args, device="meta", **kwargs)
+        except Exception:
+            # torch's meta kernel refuses some calls that eager runs (an integer arange whose
+            # step truncates to 0, arange(-2.5, 2.5, 0.5, dtype=int32)): eager decides, and
+            # raises its own error or makes the value on the CPU.
+            return fallback(op, args, {**kwargs, "device": torch_device(index)})
         static = ir.typed(args)
         arg = (static, ir.typed(tuple(kwargs.items())))
+        if (op, arg) not in _EAGER_ACCEPTS and meta.numel() <= _EAGER_CHECK_NUMEL:
+            # ...and accepts some that eager refuses (an arange of bools): ask eager's kernel
+            # once per call signature, so that it raises its error here, at the user's line.
+            op(*args, device="cpu", **kwargs)
+            _EAGER_ACCEPTS.add((op, arg))
         node = ir.Node(op, (), arg, tuple(meta.shape), meta.dtype, index)
         metrics.count("xla::" + op._schema.name.split("::")[-1])
         return wrap(node)
@@ -150,6 +161,8 @@ def _factory(op: Any) -> Any:
     return impl
 
 
+_EAGER_ACCEPTS: set[Any] = set()  # factory call signatures eager's CPU kernel ran
+_EAGER_CHECK_NUMEL = 4096  # results up to this size are checked against eager's kernel
 _VALUE_FACTORIES = (aten.full.default, aten.scalar_tensor.default)
 _FACTORIES = (
     aten.arange.default,
@@ -209,13 +222,42 @@ def install() -> None:
     _patch_tensor_constructors()
 
 
+def _host_data(data: Any) -> Any:
+    """``data`` with the xla tensors inside its lists read to the CPU, all in one sync (as
+    eager reads a CUDA tensor's value for ``torch.tensor([loss1, loss2])``)."""
+    from .tensor import XlaTensor, to_cpu_many
+
+    found: list[Any] = []
+
+    def collect(d: Any) -> None:
+        if isinstance(d, XlaTensor):
+            found.append(d)
+        elif isinstance(d, (list, tuple)):
+            for x in d:
+                collect(x)
+
+    collect(data)
+    if not found:
+        return data
+    host = dict(zip(map(id, found), to_cpu_many(found, "tensor_constructor")))
+
+    def swap(d: Any) -> Any:
+        if isinstance(d, XlaTensor):
+            return host[id(d)]
+        return type(d)(swap(x) for x in d) if isinstance(d, (list, tuple)) else d
+
+    return swap(data)
+
+
 def _patch_tensor_constructors() -> None:
     """``torch.tensor(..., device='xla')`` trips an internal assert on this route: build on
-    the CPU and move, which is what the user meant."""
+    the CPU and move, which is what the user meant. So do xla tensors inside the data."""
     for name in ("tensor", "as_tensor"):
         original = getattr(torch, name)
 
         def make(data: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            if isinstance(data, (list, tuple)):
+                data = _host_data(data)
             device = kwargs.get("device")
             if device is None or torch.device(device).type != "xla":
                 return _original(data, *args, **kwargs)

@@ -406,6 +406,11 @@ def _meta_arg(a: Any) -> Any:
         return type(a)(_meta_arg(x) for x in a)
     if isinstance(a, torch.device) and a.type == "xla":
         return torch.device("meta")
+    if isinstance(a, torch.Tensor) and a.dim() and a.device.type == "cpu":
+        # A CPU operand (an index, a mask) gives shapes by its metadata only, as an xla one
+        # does: the output metadata is memoized by shapes and dtypes, never by values. (A 0-d
+        # one stays: it is a wrapped number to torch's type promotion.)
+        return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
     return a
 
 
@@ -834,40 +839,80 @@ def _local_scalar_dense(func: OpOverload, args: tuple[Any, ...], kwargs: dict[st
     return to_cpu(args[0], "item").item()
 
 
+_NOT_GIVEN = object()
+
+
+def _plain_type(arg: Any) -> str:
+    t = str(arg.type)
+    return t[9:-1] if t.startswith("Optional[") else t
+
+
+def _element_type(arg: Any, overload: str) -> str:
+    """The type one element of a ``_foreach_*`` argument has: a list's item, the per-tensor
+    number of a ``scalars`` tensor, anything else itself."""
+    t = _plain_type(arg)
+    if t.startswith("List["):
+        return t[5:-1]
+    return "number" if overload == "Tensor" and arg.name == "scalars" else t
+
+
+def _base_overload(func: OpOverload, inplace: bool, base_name: str) -> tuple[OpOverload | None, int]:
+    """The per-tensor op a ``_foreach_*`` overload applies: the base overload whose leading
+    arguments take one element of each foreach argument (``_foreach_pow.Scalar`` is
+    ``pow.Tensor_Scalar``, ``_foreach_clamp_min_.Scalar`` is ``clamp_min_.default``), and how
+    many trailing optional foreach arguments it has no place for (a call passing one falls
+    back: ``_foreach_norm(ts, 2)`` is ``norm.Scalar``, with a ``dtype`` it has none)."""
+    packet = getattr(aten, base_name + ("_" if inplace else ""), None)
+    if packet is None:
+        return None, 0
+    args = func._schema.arguments
+    wanted = [_element_type(a, func._overloadname) for a in args]
+    optional_tail = 0
+    while optional_tail < len(args) - 1 and str(args[-1 - optional_tail].type).startswith("Optional["):
+        optional_tail += 1
+    for dropped in range(optional_tail, -1, -1):  # an optional argument left out, when it can be
+        want = wanted[: len(wanted) - dropped]
+        for name in packet.overloads():
+            candidate = getattr(packet, name)
+            params = [a for a in candidate._schema.arguments if not a.is_out]
+            rest_required = any(a.default_value is None and not a.kwarg_only for a in params[len(want) :])
+            if len(params) >= len(want) and not rest_required:
+                if [_plain_type(a) for a in params[: len(want)]] == want:
+                    return candidate, dropped
+    return None, 0
+
+
 def _foreach(func: OpOverload) -> Handler:
     """_foreach_* ops run as their per-tensor base op on each element (same graph, one node each)."""
     name = func._schema.name.removeprefix("aten::_foreach_")
     inplace = name.endswith("_")
-    base_name = name.rstrip("_")
     overload = func._overloadname
-    candidates = {
-        "List": ("Tensor", "default"),
-        "Scalar": ("Scalar", "Tensor", "default"),
-        "ScalarList": ("Scalar", "Tensor", "default"),
-        "Tensor": ("Tensor", "default"),
-        "default": ("default",),
-    }.get(overload, ("default",))
-    packet = getattr(aten, base_name + ("_" if inplace else ""), None)
-    base = None
-    if packet is not None:
-        base = next((getattr(packet, c) for c in candidates if c in packet.overloads()), None)
+    base, dropped = _base_overload(func, inplace, name.rstrip("_"))
     foreach_args = func._schema.arguments
     base_args = base._schema.arguments if base is not None else []
+    first_list = next((k for k, a in enumerate(foreach_args) if str(a.type).startswith("List[")), 0)
+    kept = len(foreach_args) - dropped
 
     def handler(_: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if base is None or kwargs:
+        # Every argument in schema order (``alpha=`` comes as a keyword); None where not given.
+        given = [*args, *(kwargs.get(a.name, _NOT_GIVEN) for a in foreach_args[len(args) :])]
+        if base is None or any(a is not _NOT_GIVEN and a is not None for a in given[kept:]):
             return fallback(func, args, kwargs)
         base_handler = _HANDLERS.get(id(base)) or _resolve(base)
         outs = []
-        for i in range(len(args[0])):
+        for i in range(len(args[first_list])):
             pos: list[Any] = []
             kw: dict[str, Any] = {}
-            for a, fa, ba in zip(args, foreach_args, base_args):
+            by_name = False
+            for a, fa, ba in zip(given[:kept], foreach_args, base_args):
+                if a is _NOT_GIVEN:  # the base op's default applies; what follows goes by name
+                    by_name = True
+                    continue
                 if str(fa.type).startswith("List["):
                     a = a[i]
                 elif overload == "Tensor" and fa.name == "scalars":
                     a = a[i].item()
-                if ba.kwarg_only:
+                if ba.kwarg_only or by_name:
                     kw[ba.name] = a
                 else:
                     pos.append(a)
@@ -900,11 +945,11 @@ def _functionalized(functional: OpOverload, writes: dict[int, int], n_out: int) 
 
 
 def _random(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Random ops draw from the device RNG; seed and offset are graph inputs."""
-    kwargs = {k: v for k, v in kwargs.items() if k != "generator"}
+    """Random ops draw from the device RNG; seed and offset are graph inputs. An op given a
+    (CPU) generator draws from it on the CPU, as eager does, and its result moves over."""
     if kwargs.get("generator") is not None or any(isinstance(a, torch.Generator) for a in args):
         return fallback(func, args, kwargs)
-    args = tuple(a for a in args if not isinstance(a, torch.Generator))
+    kwargs = {k: v for k, v in kwargs.items() if k != "generator"}
     self = args[0]
     dev = self._st.device
     seed, offset = rng.rng_operands(dev)
@@ -959,7 +1004,12 @@ def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
                 if isinstance(x, XlaTensor):
                     assign(x, to_device_node(hx, x._st.device))
 
-    def back(o: Any, pos: int = 0) -> Any:
+    def back(o: Any) -> Any:
+        if isinstance(o, torch.Tensor) and o.is_nested:
+            raise RuntimeError(
+                f"{name} made a nested tensor, and xla tensors are dense (as torch_xla's): use "
+                "the padded form of the batch and a mask."
+            )
         if isinstance(o, torch.Tensor) and o.layout != torch.strided:
             raise RuntimeError(
                 f"{name} made a {str(o.layout).removeprefix('torch.')} tensor, and xla tensors are dense: "
@@ -975,9 +1025,21 @@ def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
             return type(o)(back(x) for x in o)
         return o
 
-    result = back(out)
+    on_cpu = CPU_OUTPUTS.get(func, ())
+    if on_cpu and isinstance(out, tuple):
+        result = tuple(o if i in on_cpu else back(o) for i, o in enumerate(out))
+    else:
+        result = back(out)
     _publish_fallback(name, time.perf_counter() - t0)
     return result
+
+
+# Outputs that are on the CPU in eager whatever the device (packed sequences' batch sizes and
+# lengths, which torch.nn.utils.rnn requires on the CPU): a fallback leaves them there.
+CPU_OUTPUTS: dict[OpOverload, tuple[int, ...]] = {
+    aten._pack_padded_sequence.default: (1,),
+    aten._pad_packed_sequence.default: (1,),
+}
 
 
 def _publish_fallback(name: str, seconds: float) -> None:
@@ -1044,7 +1106,16 @@ def _assert_async(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
     return args[2] if func is aten._functional_assert_async.msg else None
 
 
+def _dense_path(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``nn.TransformerEncoder`` asks whether its padding mask is left-aligned before it packs
+    the batch into a nested tensor (eval mode, with a key padding mask). xla tensors are dense:
+    "no" keeps it on the dense path torch_xla takes (whose device torch never packs). Only the
+    padded positions of the output differ from the nested path: computed values, not zeros."""
+    return False
+
+
 _SPECIAL: dict[OpOverload, Handler] = {
+    aten._nested_tensor_from_mask_left_aligned.default: _dense_path,
     aten._assert_async.default: _assert_async,
     aten._assert_async.msg: _assert_async,
     aten._functional_assert_async.msg: _assert_async,

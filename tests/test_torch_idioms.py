@@ -1,0 +1,152 @@
+"""Everyday PyTorch idioms on xla against eager CPU: generators, CPU operands, foreach ops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import xlalab.debug.metrics as met
+from xlalab.runtime import tensor
+
+aten = torch.ops.aten
+
+
+def _foreach_overloads() -> list[Any]:
+    schemas = torch._C._jit_get_all_schemas()
+    names = sorted({s.name.split("::")[1] for s in schemas if s.name.startswith("aten::_foreach_")})
+    packets = [getattr(aten, n) for n in names]
+    return [getattr(p, ov) for p in packets for ov in p.overloads() if "out" not in ov]
+
+
+def _foreach_args(op: Any, device: Any) -> tuple[list[Any], dict[str, Any]] | None:
+    """Arguments for ``op`` from its schema: two tensors per list, positive values (every
+    foreach op is defined there), numbers and per-tensor numbers; keyword-only ones by name,
+    as torch.optim passes ``alpha=``."""
+    g = torch.Generator().manual_seed(len(op._schema.arguments))
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for a in op._schema.arguments:
+        t = str(a.type)
+        if t == "List[Tensor]":
+            v: Any = [(torch.rand(3, 2, generator=g) + 0.5), (torch.rand(4, generator=g) + 0.5)]
+        elif t in ("number", "Optional[number]"):
+            v = 0.7
+        elif t == "List[number]":
+            v = [0.3, 1.5]
+        elif t == "Tensor" and a.name == "scalars":
+            v = torch.tensor([0.5, 2.0])  # per-tensor numbers: a CPU tensor, as torch.optim passes
+        elif t == "Tensor":
+            v = torch.tensor(0.25).to(device)
+        elif t == "bool":
+            v = False
+        elif t.startswith("Optional["):
+            v = None
+        else:
+            return None
+        if a.kwarg_only:
+            kwargs[a.name] = v
+        else:
+            args.append(v)
+    return args, kwargs
+
+
+@pytest.mark.parametrize("op", _foreach_overloads(), ids=str)
+def test_foreach_ops_equal_eager(op: Any, dev: torch.device) -> None:
+    made = _foreach_args(op, "cpu")
+    assert made is not None, f"{op} takes an argument kind this sweep does not make"
+    eager_args, eager_kwargs = made
+    name = op._schema.name
+    if name == "aten::_foreach_mm":  # matrices that multiply
+        eager_args[0] = [torch.rand(3, 2) + 0.5, torch.rand(4, 3) + 0.5]
+        eager_args[1] = [torch.rand(2, 5) + 0.5, torch.rand(3, 2) + 0.5]
+    if "_foreach_copy" in name:  # a source of the same shapes
+        eager_args[1] = [t.clone() * 2 for t in eager_args[0]]
+    args = [[t.to(dev) for t in a] if isinstance(a, list) and a and isinstance(a[0], torch.Tensor)
+            else a.to(dev) if isinstance(a, torch.Tensor) and a.dim() == 0 else a
+            for a in eager_args]  # fmt: skip
+    want = op(*eager_args, **eager_kwargs)
+    met.clear_all()
+    got = op(*args, **eager_kwargs)
+    short = op._schema.name.removeprefix("aten::_foreach_")
+    base, _ = tensor._base_overload(op, short.endswith("_"), short.rstrip("_"))
+    if base is not None:  # per-tensor ops recorded into the graph, no trip to the CPU
+        assert met.executed_fallback_ops() == [], base
+    if want is None:  # in place: the first list holds the results
+        want, got = eager_args[0], args[0]
+    for w, x in zip(want, got):
+        torch.testing.assert_close(x.cpu(), w, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def test_clip_grad_value_with_foreach(dev: torch.device) -> None:
+    def clipped(device: Any) -> list[torch.Tensor]:
+        ps = [torch.arange(4.0, device=device), torch.ones(2, 3, device=device)]
+        ps = [p.requires_grad_() for p in ps]
+        for p in ps:
+            p.grad = p.detach() * 2 - 1
+        torch.nn.utils.clip_grad_value_(ps, 0.5, foreach=True)
+        return [p.grad.cpu() for p in ps if p.grad is not None]
+
+    met.clear_all()
+    for w, x in zip(clipped("cpu"), clipped(dev)):
+        torch.testing.assert_close(x, w)
+    assert met.executed_fallback_ops() == []
+
+
+def test_a_cpu_generator_draws_as_eager_does(dev: torch.device) -> None:
+    def draws(device: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(3, device=device, generator=g)
+        y = torch.empty(3, device=device).normal_(generator=g)
+        return x.cpu(), y.cpu(), g.get_state()
+
+    for w, x in zip(draws("cpu"), draws(dev)):
+        assert torch.equal(x, w)  # the same numbers, and the generator moved on as in eager
+
+
+def test_indexing_by_a_cpu_mask_then_by_an_xla_mask(dev: torch.device) -> None:
+    a = torch.randn(4, 5)
+    mask = torch.tensor([True, False, True, False])
+    x = a.to(dev)
+    assert torch.equal(x[mask].cpu(), a[mask])
+    assert torch.equal(x[mask.to(dev)].cpu(), a[mask])
+    assert torch.equal(x[x[:, 0] > -100].cpu(), a[a[:, 0] > -100])
+
+
+def test_an_lstm_over_a_packed_sequence(dev: torch.device) -> None:
+    rnn = torch.nn.utils.rnn
+    x, lengths = torch.randn(3, 6, 4), torch.tensor([6, 4, 2])  # lengths on the CPU, as torch requires
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(4, 5, batch_first=True)
+
+    def run(m: torch.nn.Module, inp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        packed = rnn.pack_padded_sequence(inp, lengths, batch_first=True)
+        out, out_lengths = rnn.pad_packed_sequence(m(packed)[0], batch_first=True)
+        return out, out_lengths
+
+    want, want_lengths = run(lstm, x)
+    got, got_lengths = run(lstm.to(dev), x.to(dev))
+    torch.testing.assert_close(got.cpu(), want)
+    assert got_lengths.device.type == "cpu" and torch.equal(got_lengths, want_lengths)
+
+
+def test_a_tensor_made_of_xla_numbers(dev: torch.device) -> None:
+    losses = [torch.tensor(1.5), torch.tensor(2.5)]
+    xla_losses = [t.to(dev) for t in losses]
+    assert torch.equal(torch.tensor(xla_losses), torch.tensor(losses))  # on the CPU, as eager's
+    made = torch.tensor([xla_losses, [3.0, 4.0]], device=dev)
+    assert made.device.type == "xla" and made.cpu().tolist() == [[1.5, 2.5], [3.0, 4.0]]
+
+
+def test_a_transformer_encoder_in_eval_with_a_padding_mask(dev: torch.device) -> None:
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, dropout=0.0)
+    encoder = torch.nn.TransformerEncoder(layer, 2).eval()
+    q = torch.randn(2, 5, 8)
+    padding = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    with torch.no_grad():
+        want = encoder(q, src_key_padding_mask=padding)  # eager packs the batch: zeros where padded
+        got = encoder.to(dev)(q.to(dev), src_key_padding_mask=padding.to(dev)).cpu()
+    kept = ~padding
+    torch.testing.assert_close(got[kept], want[kept], rtol=1e-4, atol=1e-5)  # the dense path, as torch_xla
