@@ -150,3 +150,52 @@ def test_a_transformer_encoder_in_eval_with_a_padding_mask(dev: torch.device) ->
         got = encoder.to(dev)(q.to(dev), src_key_padding_mask=padding.to(dev)).cpu()
     kept = ~padding
     torch.testing.assert_close(got[kept], want[kept], rtol=1e-4, atol=1e-5)  # the dense path, as torch_xla
+
+
+_MASKS = {
+    "none": (None, None),
+    "padding": (None, torch.tensor([[False] * 5, [False, False, False, True, True]])),
+    "causal": (torch.ones(5, 5, dtype=torch.bool).triu(1), None),
+    "both": (torch.ones(5, 5, dtype=torch.bool).triu(1), torch.tensor([[False] * 5, [False] * 4 + [True]])),
+}
+
+
+@pytest.mark.parametrize("masks", sorted(_MASKS))
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_multihead_attention_in_eval_stays_on_the_device(masks: str, need_weights: bool, dev: torch.device) -> None:
+    attn_mask, padding = _MASKS[masks]
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    q = torch.randn(2, 5, 8)
+
+    def run(m: torch.nn.Module, d: Any) -> tuple[Any, Any]:
+        moved = [None if t is None else t.to(d) for t in (attn_mask, padding)]
+        with torch.no_grad():  # torch's fused kernel: eval mode, no grad
+            return m(q.to(d), q.to(d), q.to(d), attn_mask=moved[0], key_padding_mask=moved[1], need_weights=need_weights)
+
+    want = run(mha, "cpu")
+    met.clear_all()
+    got = run(mha.to(dev), dev)
+    torch.testing.assert_close(got[0].cpu(), want[0], rtol=1e-4, atol=1e-5)
+    assert (got[1] is None) == (want[1] is None)
+    if want[1] is not None:
+        torch.testing.assert_close(got[1].cpu(), want[1], rtol=1e-4, atol=1e-5)
+    assert met.executed_fallback_ops() == []
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_transformer_encoder_layer_in_eval_stays_on_the_device(
+    norm_first: bool, activation: str, dev: torch.device
+) -> None:
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(
+        8, 2, 16, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
+    ).eval()
+    x, causal = torch.randn(2, 5, 8), torch.ones(5, 5, dtype=torch.bool).triu(1)
+    with torch.no_grad():
+        want = layer(x, src_mask=causal)
+        met.clear_all()
+        got = layer.to(dev)(x.to(dev), src_mask=causal.to(dev)).cpu()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert met.executed_fallback_ops() == []

@@ -1114,7 +1114,66 @@ def _dense_path(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any])
     return False
 
 
+def _bound(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Every argument of a call by name, defaults included."""
+    out = {a.name: a.default_value for a in func._schema.arguments}
+    out.update(zip((a.name for a in func._schema.arguments), args))
+    out.update(kwargs)
+    return out
+
+
+def _attention(x: Any, kv: tuple[Any, Any], a: dict[str, Any], weights: bool) -> tuple[Any, Any]:
+    """Multi-head attention of batch-first ``x`` over ``kv`` with the weights and mask in
+    ``a`` (the fused ops' arguments), as torch's functional (unfused) path computes it."""
+    mask, mask_type = a["mask"], a["mask_type"]
+    if mask is not None and mask.dim() == 4:  # merged (batch, heads, L, S): per batch*head
+        mask = mask.reshape(-1, *mask.shape[2:])
+    out, attn = torch.nn.functional.multi_head_attention_forward(
+        x.transpose(0, 1), kv[0].transpose(0, 1), kv[1].transpose(0, 1),
+        a["embed_dim"], a["num_head"] if "num_head" in a else a["num_heads"],
+        a["qkv_weight"], a["qkv_bias"], None, None, False, 0.0, a["proj_weight"], a["proj_bias"],
+        training=False, key_padding_mask=mask if mask_type == 1 else None, need_weights=weights,
+        attn_mask=None if mask_type == 1 else mask,
+        average_attn_weights=a.get("average_attn_weights", True),
+    )  # fmt: skip
+    return out.transpose(0, 1), attn
+
+
+def _native_multi_head_attention(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``nn.MultiheadAttention``'s fused inference kernel (eval mode, no grad), recorded as the
+    ops of its unfused path: on xla it would otherwise run on the CPU fallback, once a layer."""
+    a = _bound(func, args, kwargs)
+    return _attention(a["query"], (a["key"], a["value"]), a, bool(a["need_weights"]))
+
+
+def _transformer_encoder_layer_fwd(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``nn.TransformerEncoderLayer``'s fused inference kernel, as the ops of its unfused path."""
+    a = _bound(func, args, kwargs)
+    F = torch.nn.functional
+    e = a["embed_dim"]
+
+    def norm(x: Any, k: int) -> Any:
+        return F.layer_norm(x, (e,), a[f"norm_weight_{k}"], a[f"norm_bias_{k}"], a["eps"])
+
+    def attend(x: Any) -> Any:
+        return _attention(x, (x, x), a, False)[0]
+
+    def feed_forward(x: Any) -> Any:
+        hidden = F.linear(x, a["ffn_weight_1"], a["ffn_bias_1"])
+        hidden = F.gelu(hidden) if a["use_gelu"] else F.relu(hidden)
+        return F.linear(hidden, a["ffn_weight_2"], a["ffn_bias_2"])
+
+    x = a["src"]
+    if a["norm_first"]:
+        x = x + attend(norm(x, 1))
+        return x + feed_forward(norm(x, 2))
+    x = norm(x + attend(x), 1)
+    return norm(x + feed_forward(x), 2)
+
+
 _SPECIAL: dict[OpOverload, Handler] = {
+    aten._native_multi_head_attention.default: _native_multi_head_attention,
+    aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer_fwd,
     aten._nested_tensor_from_mask_left_aligned.default: _dense_path,
     aten._assert_async.default: _assert_async,
     aten._assert_async.msg: _assert_async,
