@@ -403,3 +403,47 @@ def test_an_error_tracing_a_backward_on_xla_is_the_one_torch_gives_on_the_cpu(de
     on_cpu = outcome(empty.clone().requires_grad_(), "aot_eager")
     on_xla = outcome(empty.to(dev).requires_grad_(), "xlalab")
     assert on_xla == on_cpu and "SystemError" not in on_xla, (on_xla, on_cpu)
+
+
+def _clear_first_rows(a: torch.Tensor) -> None:
+    a[[0, 1]] = 1.0
+
+
+def _negate_ends(a: torch.Tensor) -> None:
+    a[..., [0, -1]] *= -1
+
+
+def _write_a_mask(a: torch.Tensor) -> None:
+    a[[True, False, True]] = -2.0
+
+
+def _add_through_range_and_tuple(a: torch.Tensor) -> None:
+    a[range(2)] += 1
+    a[:, (3, 1)] -= a[(0, 2, 1),][:, :2]
+
+
+@pytest.mark.parametrize(
+    "write",
+    [_clear_first_rows, _negate_ends, _write_a_mask, _add_through_range_and_tuple],
+    ids=["list", "ellipsis-list-imul", "bool-list", "range-and-tuple"],
+)
+def test_index_sequences_written_in_a_compiled_function(write: Any, dev: torch.device) -> None:
+    # A written index sequence is an index_put whose index tensor torch makes in C++ on xla:
+    # the graph makes it on the CPU instead, so the function is one program (no fake constant
+    # reaches the device), with eager's values and gradients.
+    def step(x: torch.Tensor) -> torch.Tensor:
+        a = x * 1
+        write(a)
+        return (a * a).sum()
+
+    x = torch.arange(12.0).reshape(3, 4)
+    leaf = x.clone().requires_grad_()
+    want = step(leaf)
+    want.backward()
+    dynamo.reset()
+    xd = x.to(dev).requires_grad_()
+    got = torch.compile(step, backend="xlalab")(xd)
+    got.backward()
+    torch.testing.assert_close(got.detach().cpu(), want.detach())
+    torch.testing.assert_close(xd.grad.cpu(), leaf.grad)  # type: ignore[union-attr]
+    assert not [r for r in dynamo.compiled_functions() if r.lazy]

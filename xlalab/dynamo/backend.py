@@ -27,24 +27,33 @@ def _compiler(label: str, part: str) -> Callable[[fx.GraphModule, list[Any]], Ca
     return compile_part
 
 
-def _flat(index: list[Any]) -> list[Any]:
+_SEQUENCE = (list, tuple, range)
+
+
+def _flat(index: Any) -> list[Any]:
     out: list[Any] = []
     for item in index:
-        out.extend(_flat(item) if isinstance(item, list) else [item])
+        out.extend(_flat(item) if isinstance(item, _SEQUENCE) else [item])
     return out
 
 
-def _int_list(index: Any) -> bool:
-    """A list of ints (nested lists too): the same index as an integer tensor."""
-    return isinstance(index, list) and bool(index) and all(type(v) is int for v in _flat(index))
+def _index_sequence(index: Any) -> bool:
+    """A sequence of ints and bools (nested ones too): torch indexes with it as with the tensor
+    ``torch.tensor(index)`` (a mask if all are bools)."""
+    if not isinstance(index, _SEQUENCE) or not len(index):
+        return False
+    return all(type(v) in (int, bool) for v in _flat(index))
 
 
 def _tensor_indices(gm: fx.GraphModule) -> None:
-    """``x[[1, 2]]`` becomes ``x[torch.tensor([1, 2])]``, the same index.
+    """``x[[1, 2]]`` becomes ``x[torch.tensor([1, 2])]``, the same index, read or written
+    (``x[[1, 2]] = v``, ``x[..., [0, -1]] *= -1``); so do ``x[range(2)]``, ``x[(0, 2),]`` and
+    a list of bools.
 
-    torch builds an index list's tensor in C++, on the indexed tensor's device and below the
-    Python key, so AOTAutograd would trace it as a constant on xla that it cannot keep. A CPU
-    tensor made in the graph is an ordinary constant (and a CPU index is valid for any device).
+    torch builds an index sequence's tensor in C++, on the indexed tensor's device and below
+    the Python key, so AOTAutograd would trace it as a constant on xla that it cannot keep. A
+    CPU tensor made in the graph is an ordinary constant (and a CPU index is valid for any
+    device).
     """
     import operator
 
@@ -53,30 +62,39 @@ def _tensor_indices(gm: fx.GraphModule) -> None:
     graph = gm.graph
     changed = False
     for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not operator.getitem or len(node.args) != 2:
+        if node.op != "call_function" or not (
+            (node.target is operator.getitem and len(node.args) == 2)
+            or (node.target is operator.setitem and len(node.args) == 3)
+        ):
             continue
-        base, index = node.args
+        base, index, *value = node.args
         example = base.meta.get("example_value") if isinstance(base, fx.Node) else None
         if not isinstance(example, torch.Tensor):
             continue
-        # A list holding lists is a tuple of indices to torch (its old multi-dimensional form).
+        # A tuple indexes one dimension per item; so does a list holding sequences (torch's
+        # old multi-dimensional form). Any other sequence is one index.
         as_tuple = isinstance(index, tuple) or (
-            isinstance(index, list) and any(isinstance(v, list) for v in index)
+            isinstance(index, list) and any(isinstance(v, _SEQUENCE) for v in index)
         )
         parts = list(index) if as_tuple else [index]
         new: list[Any] = []
         for part in parts:
-            if _int_list(part):
+            if _index_sequence(part):
                 with graph.inserting_before(node):
-                    new.append(graph.call_function(torch.tensor, (part,)))
+                    new.append(graph.call_function(torch.tensor, (_as_lists(part),)))
             else:
                 new.append(part)
         if all(a is b for a, b in zip(new, parts)):
             continue
-        node.args = (base, tuple(new) if as_tuple else new[0])
+        node.args = (base, tuple(new) if as_tuple else new[0], *value)
         changed = True
     if changed:
         gm.recompile()
+
+
+def _as_lists(index: Any) -> list[Any]:
+    """The sequence as nested lists (an FX argument; ``range`` is not one)."""
+    return [_as_lists(v) if isinstance(v, _SEQUENCE) else v for v in index]
 
 
 def backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
