@@ -447,3 +447,32 @@ def test_index_sequences_written_in_a_compiled_function(write: Any, dev: torch.d
     torch.testing.assert_close(got.detach().cpu(), want.detach())
     torch.testing.assert_close(xd.grad.cpu(), leaf.grad)  # type: ignore[union-attr]
     assert not [r for r in dynamo.compiled_functions() if r.lazy]
+
+
+def test_a_compiled_function_of_cpu_inputs_computes_on_xla(dev: torch.device) -> None:
+    # Every input is a CPU tensor and the function moves them to xla itself: the graph is one
+    # XLA program all the same (the device is the one its values are on), not run op by op.
+    def step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x.to(dev) @ w.to(dev)).sin().sum(0)
+
+    x, w = torch.randn(3, 4), torch.randn(4, 2)
+    dynamo.reset()
+    got = torch.compile(step, backend="xlalab")(x, w)
+    assert got.device.type == "xla"
+    torch.testing.assert_close(got.cpu(), (x @ w).sin().sum(0))
+    (rep,) = dynamo.compiled_functions()
+    assert not rep.lazy and "sine" in rep.graphs[-1].compiled[-1].hlo()
+
+
+@pytest.mark.parametrize("solve", [torch.linalg.inv, torch.linalg.cholesky], ids=["inv", "cholesky"])
+def test_linalg_on_cpu_inputs_moved_to_xla_in_a_compiled_function(solve: Any, dev: torch.device) -> None:
+    # linalg's ops check their inputs through an effectful op (``with_effects``); the graph
+    # runs on xla even though its inputs come from the CPU. (linalg has no XLA lowering yet: the
+    # graph runs lazily, with the op's CPU kernel.)
+    m = torch.randn(4, 4, generator=torch.Generator().manual_seed(0))
+    spd = m @ m.T + 4 * torch.eye(4)
+    dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(lambda a: solve(a.to(dev)), backend="xlalab")(spd)
+    torch.testing.assert_close(got.cpu(), solve(spd))

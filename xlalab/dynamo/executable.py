@@ -13,7 +13,8 @@ Semantics kept from eager:
 - random ops draw fresh numbers from the device RNG on every call (seed and offset are fed
   per call, as lazy mode does per op);
 - CPU tensor inputs (an optimizer's ``step`` counter) are sent over on each call and CPU
-  outputs are brought back;
+  outputs are brought back; a graph whose inputs are all on the CPU and that moves them to
+  xla itself is one program as well;
 - a graph whose values cannot be computed in one program (an op without a lowering runs on the
   CPU, or a value is read in the middle) runs lazily on every call instead, with a warning
   naming the op.
@@ -93,6 +94,17 @@ def _array(t: Any, dev: int) -> Any:
                 return arr
         return graph.materialize([tensor.value(t)], [st], "dynamo_input")[0]
     return tensor.to_device_node(t.detach(), dev).value
+
+
+def _graph_device(gm: fx.GraphModule) -> int | None:
+    """The xla device a graph makes values on, from its nodes' fake values: a graph whose
+    inputs are all CPU tensors may move them to xla itself (``x.to(device)`` in the step)."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        for v in val if isinstance(val, (tuple, list)) else (val,):
+            if isinstance(v, torch.Tensor) and v.device.type == "xla":
+                return v.device.index or 0
+    return None
 
 
 def _is_static(gm: fx.GraphModule) -> bool:
@@ -598,6 +610,7 @@ class CompiledGraph:
         self.gm = gm
         self.name = name
         self.static = _is_static(gm)
+        self.device = _graph_device(gm)  # where it computes when no input is on xla
         self.variants: dict[tuple[Any, ...], Variant] = {}
         self.lazy_reason: str | None = None
         self._only: Variant | None = None
@@ -610,6 +623,8 @@ class CompiledGraph:
 
     def _slow_call(self, args: Sequence[Any]) -> list[Any]:
         dev = _device_of(args)
+        if dev is None:
+            dev = self.device
         if dev is None:
             out = self.gm(*args)  # nothing on xla: a CPU graph runs eagerly
             return list(out) if isinstance(out, (tuple, list)) else [out]
