@@ -162,7 +162,9 @@ _MASKS = {
 
 @pytest.mark.parametrize("masks", sorted(_MASKS))
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_multihead_attention_in_eval_stays_on_the_device(masks: str, need_weights: bool, dev: torch.device) -> None:
+def test_multihead_attention_in_eval_stays_on_the_device(
+    masks: str, need_weights: bool, dev: torch.device
+) -> None:
     attn_mask, padding = _MASKS[masks]
     torch.manual_seed(0)
     mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
@@ -171,7 +173,8 @@ def test_multihead_attention_in_eval_stays_on_the_device(masks: str, need_weight
     def run(m: torch.nn.Module, d: Any) -> tuple[Any, Any]:
         moved = [None if t is None else t.to(d) for t in (attn_mask, padding)]
         with torch.no_grad():  # torch's fused kernel: eval mode, no grad
-            return m(q.to(d), q.to(d), q.to(d), attn_mask=moved[0], key_padding_mask=moved[1], need_weights=need_weights)
+            x = q.to(d)
+            return m(x, x, x, attn_mask=moved[0], key_padding_mask=moved[1], need_weights=need_weights)
 
     want = run(mha, "cpu")
     met.clear_all()
@@ -199,3 +202,51 @@ def test_transformer_encoder_layer_in_eval_stays_on_the_device(
         got = layer.to(dev)(x.to(dev), src_mask=causal.to(dev)).cpu()
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     assert met.executed_fallback_ops() == []
+
+
+_OUT_CALLS = {
+    "inv, out of its shape": lambda d: torch.linalg.inv(
+        torch.eye(4, device=d) * 2, out=torch.zeros(4, 4, device=d)
+    ),
+    "nonzero, out resized from empty": lambda d: torch.nonzero(
+        torch.tensor([0, 1, 1], device=d), out=torch.empty(0, dtype=torch.long, device=d)
+    ),
+    "svdvals, out resized": lambda d: torch.linalg.svdvals(
+        torch.eye(3, device=d), out=torch.empty(0, device=d)
+    ),
+}
+
+
+@pytest.mark.parametrize("call", sorted(_OUT_CALLS))
+def test_out_arguments_of_ops_that_run_on_the_cpu(call: str, dev: torch.device) -> None:
+    want = _OUT_CALLS[call]("cpu")
+    got = _OUT_CALLS[call](dev)
+    assert got.device.type == "xla" and got.shape == want.shape
+    torch.testing.assert_close(got.cpu(), want)
+
+
+def test_set_makes_an_alias(dev: torch.device) -> None:
+    def run(d: Any) -> tuple[list[float], list[float]]:
+        a, b = torch.arange(6.0, device=d), torch.empty(0, device=d)
+        b.set_(a)
+        b[0] = 42.0  # one storage: each sees the other's writes
+        a[1] = 7.0
+        return a.cpu().tolist(), b.cpu().tolist()
+
+    assert run(dev) == run("cpu")
+
+
+def test_an_inplace_op_on_a_cpu_tensor_with_an_xla_operand_names_the_devices(dev: torch.device) -> None:
+    with pytest.raises(RuntimeError, match="found at least two devices, xla:0 and cpu"):
+        torch.zeros(3).add_(torch.ones(3, device=dev))
+    with pytest.raises(RuntimeError, match="index_put_ writes into a cpu tensor"):
+        torch.zeros(4, 5)[torch.tensor([True, False, True, False])] = torch.ones(2, 5, device=dev)
+
+
+def test_data_pointers_tell_storages_apart_as_in_eager(dev: torch.device) -> None:
+    def pointers(d: Any) -> tuple[int, int, bool]:
+        m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)).to(d)
+        a = torch.ones(3, 4, device=d)
+        return len({p.data_ptr() for p in m.parameters()}), a[1].data_ptr() - a.data_ptr(), a.data_ptr() != 0
+
+    assert pointers(dev) == pointers("cpu")

@@ -86,6 +86,10 @@ class XlaTensor(torch.Tensor):
     def storage(self) -> Any:  # type: ignore[override]
         return _StorageIdentity(self)
 
+    def data_ptr(self) -> int:  # type: ignore[override]
+        # Tensors over one storage differ by their offsets, as in eager; others never meet.
+        return int(_StorageIdentity(self).data_ptr() + self.storage_offset() * self.element_size())
+
     # ---- reading values: these are barriers for this tensor
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         return _format(self, "print")
@@ -180,7 +184,8 @@ class _StorageIdentity:
         self.device = t.device
 
     def data_ptr(self) -> int:
-        return 4096 * (self._serial + 1)  # never 0 (a null pointer means "no storage")
+        # Never 0 (a null pointer means "no storage"); 4 GiB apart, so ranges never overlap.
+        return (self._serial + 1) << 32
 
     def nbytes(self) -> int:
         return self._nbytes
@@ -638,6 +643,13 @@ def _lowered(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
 def _inplace(functional: OpOverload) -> Handler:
     def handler(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self = args[0]
+        if type(self) is not XlaTensor:
+            dev = next(a.device for a in _flat(args, kwargs) if isinstance(a, XlaTensor))
+            raise RuntimeError(
+                f"Expected all tensors to be on the same device, but found at least two devices, "
+                f"{dev} and {self.device}! ({func._schema.name} writes into a {self.device} tensor "
+                f"with an operand on {dev}: move one of them, e.g. the operand with .to('{self.device}'))"
+            )
         node = record(functional, args, kwargs)
         if node is None or node.outs is not None:
             return fallback(func, args, kwargs)
@@ -668,6 +680,26 @@ def _tname(d: Any) -> str:
     )
 
 
+def _set_result(out: XlaTensor, node: Node) -> None:
+    """Write an op's result into its out= tensor: in place, or resized to the result's shape
+    as eager resizes it."""
+    if tuple(out.shape) != tuple(node.shape):  # type: ignore[arg-type]
+        torch._C.TensorBase.data.__set__(out, wrap(node))  # type: ignore[attr-defined]
+        out._st, out._chain, out._vcache, out._layout = Storage(node, node.device), (), None, None
+    else:
+        assign(out, node)
+
+
+def _written_args(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
+    """ids of the xla tensors ``func`` writes to (its schema's mutable arguments)."""
+    out: list[int] = []
+    for i, sa in enumerate(func._schema.arguments):
+        if sa.alias_info is not None and sa.alias_info.is_write:
+            a = args[i] if i < len(args) and not sa.kwarg_only else kwargs.get(sa.name)
+            out.extend(id(x) for x in _as_list(a) if isinstance(x, XlaTensor))
+    return out
+
+
 def _out_variant(functional: OpOverload) -> Handler:
     def handler(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         kw = dict(kwargs)
@@ -675,12 +707,7 @@ def _out_variant(functional: OpOverload) -> Handler:
         node = record(functional, args, kw)
         if node is None or node.outs is not None or not isinstance(out, XlaTensor):
             return fallback(func, args, kwargs)
-        if tuple(out.shape) != tuple(node.shape):  # type: ignore[arg-type]
-            # out= tensors are resized to the result, as in eager.
-            torch._C.TensorBase.data.__set__(out, wrap(node))  # type: ignore[attr-defined]
-            out._st, out._chain, out._vcache, out._layout = Storage(node, node.device), (), None, None
-            return out
-        assign(out, node)
+        _set_result(out, node)
         return out
 
     return handler
@@ -776,6 +803,20 @@ def _alias(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     t._vcache = src._vcache
     metrics.count(info(func).counter)
     return t
+
+
+def _set_source(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``b.set_(a)``: ``b`` becomes ``a``'s alias (its storage, view chain and shape), in place."""
+    self, src = args[0], args[1]
+    if not isinstance(src, XlaTensor):
+        raise RuntimeError(
+            f"set_: the source is a tensor on {src.device}, and an xla tensor can only share the "
+            "storage of another xla tensor: move the source first (source.to(self.device))"
+        )
+    alias = wrap(value(src), src._st, src._chain, src._layout)
+    torch._C.TensorBase.data.__set__(self, alias)  # type: ignore[attr-defined]
+    self._st, self._chain, self._vcache, self._layout = src._st, src._chain, src._vcache, src._layout
+    return self
 
 
 def _lift_fresh(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -982,6 +1023,9 @@ def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     device = xla_args[0]._st.device if xla_args else 0
     # The sync that brings the inputs over names the op: debuggers explain it before it runs.
     host = dict(zip(map(id, xla_args), to_cpu_many(xla_args, f"fallback:{name}")))
+    written = _written_args(func, args, kwargs)
+    for i in written:  # the op may resize an out= tensor: a host copy of its own it can resize
+        host[i] = host[i].clone()
 
     def to_host(a: Any) -> Any:
         if isinstance(a, XlaTensor):
@@ -1002,7 +1046,7 @@ def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
             ha = hargs[i] if i < len(args) and not sa.kwarg_only else hkwargs.get(sa.name)
             for x, hx in zip(_as_list(a), _as_list(ha)):
                 if isinstance(x, XlaTensor):
-                    assign(x, to_device_node(hx, x._st.device))
+                    _set_result(x, to_device_node(hx, x._st.device))
 
     def back(o: Any) -> Any:
         if isinstance(o, torch.Tensor) and o.is_nested:
@@ -1172,6 +1216,7 @@ def _transformer_encoder_layer_fwd(func: OpOverload, args: tuple[Any, ...], kwar
 
 
 _SPECIAL: dict[OpOverload, Handler] = {
+    aten.set_.source_Tensor: _set_source,
     aten._native_multi_head_attention.default: _native_multi_head_attention,
     aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer_fwd,
     aten._nested_tensor_from_mask_left_aligned.default: _dense_path,
