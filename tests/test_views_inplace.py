@@ -121,7 +121,21 @@ def _expand_read(a: torch.Tensor) -> torch.Tensor:
     return a[0:1].expand(3, 6) + a[1]
 
 
+def _as_strided_of_a_transpose(a: torch.Tensor) -> torch.Tensor:
+    # as_strided addresses the storage, whatever view it is called on (Longformer's chunking)
+    w = a.t().as_strided((3, 2), (1, 6))
+    w.mul_(-1)
+    return w + a[1:, 2:].as_strided(size=(3, 2), stride=(6, 1), storage_offset=3)
+
+
+def _overlapping_windows_of_a_transpose(a: torch.Tensor) -> torch.Tensor:
+    q = a.t()[:, :2]  # strides (1, 6): a view whose value is not its storage's order
+    return q.as_strided(size=(5, 2, 2), stride=(1, 6, 1))  # overlapping windows, by keyword
+
+
 CASES: list[Callable[[torch.Tensor], torch.Tensor]] = [
+    _as_strided_of_a_transpose,
+    _overlapping_windows_of_a_transpose,
     _select_write,
     _setitem_scalar,
     _setitem_tensor,

@@ -714,14 +714,22 @@ def _out_variant(functional: OpOverload) -> Handler:
 
 
 def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if kwargs:  # rare for view ops (``as_strided(size=, stride=)``): by position, as the rest
+        args = tuple(_bound(func, args, kwargs).values())
+        while len(args) > 1 and args[-1] is None:
+            args = args[:-1]
     base = args[0]
     tpl = tuple(tuple(a) if type(a) is list else a for a in args[1:])
-    if kwargs:
-        # Keyword arguments of view ops are rare; normalise them to positions.
-        return _lowered(func, args, kwargs)
-    parent = value(base)
+    chain = base._chain
+    if func is aten.as_strided.default and chain:
+        # as_strided addresses the storage, not the view it is called on (a transposed view's
+        # elements are not where its row-major value has them): it is a view of the storage's
+        # root value, which is contiguous.
+        parent, chain, layout = base._st.node, (), None
+    else:
+        parent, layout = value(base), base._layout
     node = _view_node(func, parent, tpl)  # counted as xla::<op> where it is recorded
-    t = wrap(node, base._st, (*base._chain, (func, tpl)), _view_layout(func, parent, base._layout, tpl))
+    t = wrap(node, base._st, (*chain, (func, tpl)), _view_layout(func, parent, layout, tpl))
     t._vcache = (base._st.node, node)
     return t
 
