@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax.numpy as jnp
@@ -19,24 +20,39 @@ def _dt(dtype: Any, default: Any) -> Any:
 
 @lowering(aten.arange.default)
 def _arange(end: Any, *, dtype: Any = None) -> Any:
-    return jnp.arange(end, dtype=_dt(dtype, None))
+    return arange(0, end, 1, dtype)
 
 
 @lowering(aten.arange.start)
 def _arange_start(start: Any, end: Any, *, dtype: Any = None) -> Any:
-    return jnp.arange(start, end, dtype=_dt(dtype, None))
+    return arange(start, end, 1, dtype)
 
 
 @lowering(aten.arange.start_step)
 def _arange_step(start: Any, end: Any, step: Any = 1, *, dtype: Any = None) -> Any:
-    # torch computes the length as ceil((end - start) / step) in double precision.
-    import math
+    return arange(start, end, step, dtype)
 
-    n = max(0, math.ceil((end - start) / step))
-    return (
-        start
-        + jnp.arange(n, dtype=jnp.float64 if isinstance(start + end + step, float) else jnp.int64) * step
-    )
+
+def arange(start: Any, end: Any, step: Any, dtype: torch.dtype | None) -> Any:
+    """torch's arange, as its CPU kernel computes it (and its reference, ``torch._refs.arange``).
+
+    For an integer dtype the bounds and step are truncated to integers; the length then comes
+    from the truncated values for int64 (or all-integer arguments) and from the original ones
+    for other dtypes, so ``arange(0, 5, 1.5, dtype=int64)`` is ``0..4`` and ``arange(-2.5, 2.5,
+    0.5, dtype=int32)`` is ten -2s. Floating results are ``start + step * i`` in torch's
+    accumulation type (double, float for half precision), then cast."""
+    integer_args = all(isinstance(a, int) for a in (start, end, step))
+    integer = dtype is not None and not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+    istart, iend, istep = int(start), int(end), int(step)
+    if integer_args or dtype == torch.int64:
+        sign = (istep > 0) - (istep < 0)
+        length = (iend - istart + istep - sign) // istep
+    else:
+        length = math.ceil((end - start) / step)
+    if integer or integer_args:
+        return istart + istep * jnp.arange(length, dtype=jnp.int64)
+    half = dtype in (torch.float16, torch.bfloat16)
+    return start + step * jnp.arange(length, dtype=jnp.float32 if half else jnp.float64)
 
 
 @lowering(aten.linspace.default)

@@ -2,9 +2,10 @@
 
 Sections, each explained where it is registered: in-place view ops, resizing, in-place ops
 with a differently named functional twin, variants sent to the CPU fallback
-(``tensor.FALLBACK_IF``), bias-free LSTM cells, CompositeImplicitAutograd ops that reach
-the Python key (run their own decomposition instead of the CPU fallback), and PrivateUse1
-kernels for calls torch routes below the Python key.
+(``tensor.FALLBACK_IF``), bias-free LSTM cells, ``arange`` into an ``out=`` tensor,
+CompositeImplicitAutograd ops that reach the Python key (run their own decomposition instead
+of the CPU fallback), and PrivateUse1 kernels for calls torch routes below the Python key
+(``kaiser_window`` among them).
 
 **In-place view ops** (``squeeze_``, ``unsqueeze_``, ``t_``, ``transpose_``, ``as_strided_``)
 change the *metadata* of ``self`` (its shape), not its values. The runtime's generic
@@ -131,6 +132,34 @@ def _lstm_cell(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) 
 rt._SPECIAL[aten._thnn_fused_lstm_cell.default] = _lstm_cell
 
 
+# --- arange into an out= tensor ------------------------------------------------------------
+#
+# ``torch.arange(..., out=t)`` computes in ``t``'s dtype, and so do torch's window functions
+# (hann, hamming, blackman, bartlett), which fill an empty tensor of the window's dtype with
+# ``arange_out`` and scale it in place. The generic out= path found ``arange.start`` as the
+# functional twin (no step, no dtype), so the values came out int64. Here the values are the
+# device factory ``arange.start_step`` in ``out``'s dtype, and ``out`` takes them.
+
+
+def _arange_out(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    out = kwargs.get("out")
+    if not isinstance(out, rt.XlaTensor):
+        return rt.fallback(func, args, kwargs)
+    start, end, step = (0, args[0], 1) if func is aten.arange.out else (*args, 1)[:3]
+    value = torch.arange(start, end, step, dtype=out.dtype, device=out.device)
+    assert isinstance(value, rt.XlaTensor)
+    if tuple(out.shape) == tuple(value.shape):
+        out.copy_(value)
+    else:  # out= tensors are resized to the result, as in eager
+        torch._C.TensorBase.data.__set__(out, value)  # type: ignore[attr-defined]
+        out._st, out._chain, out._vcache, out._layout = value._st, value._chain, value._vcache, value._layout
+    return out
+
+
+rt._SPECIAL[aten.arange.out] = _arange_out
+rt._SPECIAL[aten.arange.start_out] = _arange_out
+
+
 # --- composite ops that reach the Python key ------------------------------------------------
 #
 # A CompositeImplicitAutograd op (``reshape``, ``softmax.int``, ``broadcast_tensors``,
@@ -200,7 +229,47 @@ def _efficientzerotensor(
     return torch.zeros(size, dtype=dtype, device=device)
 
 
-_PRIVATEUSE1_KERNELS = {"_copy_from": _copy_from, "_efficientzerotensor": _efficientzerotensor}
+def _kaiser_window(
+    window_length: int,
+    periodic: bool = True,
+    beta: float = 12.0,
+    *,
+    dtype: torch.dtype | None = None,
+    layout: Any = None,
+    device: Any = None,
+    pin_memory: Any = None,
+) -> torch.Tensor:
+    # torch's kaiser_window has a CPU/CUDA kernel only (its other windows are composites of
+    # lowered ops). The same computation from lowered ops: an arange in the window's dtype,
+    # then I0(beta * sqrt(|1 - ((a - alpha) / alpha)^2|)) / I0(beta) in its opmath type.
+    dtype = dtype or torch.get_default_dtype()
+    try:
+        torch.kaiser_window(window_length, periodic, beta, dtype=dtype, device="meta")  # eager's checks
+    except RuntimeError as e:
+        raise RuntimeError(str(e).replace("device=meta", f"device={torch.device(device)}")) from None
+    if window_length <= 1:
+        return torch.ones(window_length, dtype=dtype, device=device)
+    n = window_length + 1 if periodic else window_length
+    opmath = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    a = torch.arange(n, dtype=dtype, device=device).to(opmath)
+    alpha = (n - 1) / 2.0
+    ratio = torch.pow((a - alpha) / alpha, 2.0)
+    i0_beta = torch.special.i0(torch.full((), beta, dtype=opmath, device=device))
+    window = (torch.special.i0(beta * torch.sqrt(torch.abs(1 - ratio))) / i0_beta).to(dtype)
+    return window[: n - 1] if periodic else window
+
+
+def _kaiser_window_periodic(window_length: int, periodic: bool, **kwargs: Any) -> torch.Tensor:
+    return _kaiser_window(window_length, periodic, **kwargs)
+
+
+_PRIVATEUSE1_KERNELS = {
+    "_copy_from": _copy_from,
+    "_efficientzerotensor": _efficientzerotensor,
+    "kaiser_window": _kaiser_window,
+    "kaiser_window.periodic": _kaiser_window_periodic,
+    "kaiser_window.beta": _kaiser_window,
+}
 for _name, _kernel in _PRIVATEUSE1_KERNELS.items():
     if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{_name}", "PrivateUse1"):
         if _COPY_LIB is None:

@@ -140,13 +140,44 @@ def _unfold(x: Any, dim: int, size: int, step: int) -> Any:
 def _view_dtype(x: Any, dtype: torch.dtype) -> Any:
     from ..dtypes import to_jnp
 
-    return lax.bitcast_convert_type(x, to_jnp(dtype))
+    return reinterpret(x, np.dtype(to_jnp(dtype)))
+
+
+def reinterpret(x: Any, target: np.dtype) -> Any:
+    """``x``'s bytes read as ``target`` elements, as torch's ``Tensor.view(dtype)`` reads them:
+    to a smaller element size the last dimension grows by the size ratio, to a larger one it
+    shrinks by it (torch's meta kernel has already refused what cannot be viewed).
+
+    XLA bitcasts neither bools nor complex numbers: a bool is its byte (0 or 1), a complex
+    number its (real, imaginary) pair of components."""
+    if x.ndim == 0:  # only a same-size view of a 0-d tensor exists
+        return reinterpret(x.reshape(1), target).reshape(())
+    if x.dtype == np.bool_:
+        x = x.astype(np.uint8)
+    elif np.issubdtype(x.dtype, np.complexfloating):
+        pairs = jnp.stack([jnp.real(x), jnp.imag(x)], axis=-1)
+        x = pairs.reshape(*x.shape[:-1], 2 * x.shape[-1])
+    if target == np.bool_:
+        return reinterpret(x, np.dtype(np.uint8)) != 0
+    if np.issubdtype(target, np.complexfloating):
+        parts = reinterpret(x, np.dtype(f"float{target.itemsize * 4}"))
+        pairs = parts.reshape(*parts.shape[:-1], parts.shape[-1] // 2, 2)
+        return lax.complex(pairs[..., 0], pairs[..., 1])
+    ratio = max(x.dtype.itemsize, target.itemsize) // min(x.dtype.itemsize, target.itemsize)
+    if target.itemsize > x.dtype.itemsize:
+        # bitcast_convert_type consumes a trailing axis of the size ratio...
+        x = x.reshape(*x.shape[:-1], x.shape[-1] // ratio, ratio)
+    out = lax.bitcast_convert_type(x, target)
+    if target.itemsize < x.dtype.itemsize:
+        # ...and adds one going the other way: fold it into the last dimension.
+        out = out.reshape(*x.shape[:-1], x.shape[-1] * ratio)
+    return out
 
 
 def _update_view(vals: list[Any], chain: Any, shape: Any, dtype: Any) -> Any:
     """base' = base with the view's elements replaced by ``src``."""
     base, src = vals
-    return _write(base, tuple(chain), src.astype(base.dtype))
+    return _write(base, tuple(chain), src)
 
 
 def _write(base: Any, chain: tuple[Any, ...], src: Any) -> Any:
@@ -158,12 +189,15 @@ def _write(base: Any, chain: tuple[Any, ...], src: Any) -> Any:
     positions and scatter.
     """
     if not chain:
-        return jnp.broadcast_to(src, base.shape)
+        # The values convert to the view's dtype, which a dtype view makes differ from the base's.
+        return jnp.broadcast_to(src.astype(base.dtype), base.shape)
     (func, tpl), rest = chain[0], chain[1:]
     args = [_subst(a, []) for a in tpl]
     inner = _apply_view(func, base, tpl)
     new_inner = _write(inner, rest, src)
     name = func._schema.name
+    if func is aten.view.dtype:  # the base's bytes, read back as the base's elements
+        return reinterpret(new_inner, base.dtype)
     if name in _RESHAPES:
         return jnp.reshape(new_inner, base.shape)
     if name == "aten::permute":
