@@ -405,6 +405,46 @@ def test_an_error_tracing_a_backward_on_xla_is_the_one_torch_gives_on_the_cpu(de
     assert on_xla == on_cpu and "SystemError" not in on_xla, (on_xla, on_cpu)
 
 
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda x: F.dropout(x, 0.5, training=True),  # lowered: the device RNG, in the program
+        lambda x: x.bernoulli(0.5) + torch.rand(x.shape, device=x.device),
+        lambda x: x + torch.randperm(x.numel(), device=x.device),  # no lowering: the CPU's RNG
+        lambda x: x + torch.randperm(x.numel()).to(x.device),  # a CPU tensor: the CPU's RNG
+    ],
+    ids=["dropout", "bernoulli-rand", "randperm-fallback", "randperm-on-cpu"],
+)
+def test_compiled_random_ops_draw_as_lazy_mode_does(draw: Any, dev: torch.device) -> None:
+    # The same seed gives the same numbers on every call, the first included (tracing the
+    # graph runs its random ops once and throws their draws away, and every RNG they drew from
+    # goes back), and each call draws new ones (a CPU tensor's draw is not frozen into the
+    # program: such a graph runs lazily), as lazy mode does.
+    dynamo.reset()
+    x = torch.ones(64)
+    f = torch.compile(draw, backend="xlalab")
+
+    def two_calls(fn: Any, device: torch.device | str) -> list[torch.Tensor]:
+        torch.manual_seed(3)
+        return [fn(x.to(device)).cpu() for _ in range(2)]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # randperm's graphs run lazily, and say so
+        first, again = two_calls(f, dev), two_calls(f, dev)
+    lazy = two_calls(draw, dev)
+    for got in (first, again):
+        for a, b in zip(got, lazy):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert not torch.equal(lazy[0], lazy[1])
+    (rep,) = dynamo.compiled_functions()
+    if "randperm" not in rep.graphs[-1].fx_code:
+        assert not rep.lazy
+    else:
+        assert rep.lazy and "aten::randperm" in rep.lazy[0]  # the op, not the copy it needed
+        for a, b in zip(first, two_calls(draw, "cpu")):  # the CPU's own numbers
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def _clear_first_rows(a: torch.Tensor) -> None:
     a[[0, 1]] = 1.0
 

@@ -10,8 +10,9 @@ Every later call is one executable call: the inputs' device arrays in, device da
 Semantics kept from eager:
 
 - inputs the graph writes to (in-place ops, ``copy_`` into a buffer) are updated in place;
-- random ops draw fresh numbers from the device RNG on every call (seed and offset are fed
-  per call, as lazy mode does per op);
+- random ops draw fresh numbers from the device RNG on every call, the ones lazy mode would
+  draw (seed and offsets are fed per call, in the order the ops ran when traced); a random op
+  making a CPU tensor draws from the CPU's generator, so its graph runs lazily;
 - CPU tensor inputs (an optimizer's ``step`` counter) are sent over on each call and CPU
   outputs are brought back; a graph whose inputs are all on the CPU and that moves them to
   xla itself is one program as well;
@@ -48,7 +49,7 @@ from xlalab.runtime import (
     tensor,
 )
 from xlalab.runtime.frames import user_frames
-from xlalab.runtime.rng import rng_operands
+from xlalab.runtime.rng import rng_operands, seed_of
 from xlalab.runtime.tensor import XlaTensor
 
 from . import report
@@ -161,7 +162,9 @@ class Variant:
     leaves: list[Any]  # per data leaf: an argument index (int) or a constant array
     inputs: list[tuple[int, int]]  # (data leaf position, argument index)
     scalars: list[float]
-    rng: list[tuple[int, int]]  # (seed position, offset position) in ``scalars``, per random op
+    # Per random op, its (seed position, offset position) in ``scalars`` and which of the call's
+    # draws it takes: the draws come in the order the ops ran when traced, as in lazy mode.
+    rng: list[tuple[int, int, int]]
     outputs: list[_Output]
     mutations: list[tuple[int, int, tuple[int, ...], torch.dtype]]  # (root, argument, shape, dtype)
     fixed_scalars: Any = None
@@ -171,6 +174,7 @@ class Variant:
     kept: list[int] = field(default_factory=list)  # the other arguments read from the device
     plain: Callable[[], Any] | None = None  # makes ``program`` when it was not compiled up front
     spmd_inputs: Any = None  # SPMD mode: the shardings ``program`` takes its inputs in
+    draws: int = 0  # device RNG offsets a call takes (its random ops', the unused ones' too)
 
     def __post_init__(self) -> None:
         if not self.rng:
@@ -197,11 +201,15 @@ class Variant:
         scalars = self.fixed_scalars
         if scalars is None:
             vals = list(self.scalars)
-            for seed_pos, offset_pos in self.rng:
-                seed, offset = rng_operands(dev)
+            drawn = [rng_operands(dev) for _ in range(self.draws)]
+            for seed_pos, offset_pos, k in self.rng:
+                seed, offset = drawn[k]
                 vals[seed_pos] = seed.value
                 vals[offset_pos] = offset.value
             scalars = jax.device_put(np.asarray(vals, np.float64), backend.jax_device(dev))
+        elif self.draws:  # random ops whose values nothing uses: the stream moves on as in lazy mode
+            for _ in range(self.draws):
+                rng_operands(dev)
         t0 = time.perf_counter_ns()
         if donate:
             outs = self.donating(*datas, scalars)
@@ -281,7 +289,14 @@ class _Run(fx.Interpreter):
 
     The compiled optimizers' foreach ops come with overloads that mix a Python number and a
     tensor list (``_foreach_pow.ScalarAndTensor``); their per-tensor op records like any other.
+
+    Tracing (``cuts`` given), a random op that makes a CPU tensor is noted there: its draw
+    would become a constant of the program, the same numbers on every call.
     """
+
+    def __init__(self, gm: fx.GraphModule, cuts: list[str] | None = None) -> None:
+        super().__init__(gm)
+        self.cuts = cuts
 
     def run_node(self, n: fx.Node) -> Any:
         # Checks the node makes (an assertion, an index check) name the user's line it traced.
@@ -299,7 +314,22 @@ class _Run(fx.Interpreter):
             token, op, *rest = args
             res = op(*rest, **kwargs)
             return (token,) if res is None else (token, *res) if isinstance(res, tuple) else (token, res)
-        return super().call_function(target, args, kwargs)
+        out = super().call_function(target, args, kwargs)
+        if self.cuts is not None and _draws_on_cpu(target, out):
+            self.cuts.append(
+                f"aten::{target._schema.name.split('::')[-1]} draws from the CPU's random generator "
+                "(its tensor is a CPU one; one made on xla draws in the program)"
+            )
+        return out
+
+
+def _draws_on_cpu(target: Any, out: Any) -> bool:
+    """Whether a random op made a CPU tensor (from the CPU's generator)."""
+    return (
+        isinstance(target, torch._ops.OpOverload)
+        and torch.Tag.nondeterministic_seeded in target.tags
+        and any(type(t) is torch.Tensor for t in (out if isinstance(out, (tuple, list)) else (out,)))
+    )
 
 
 def _per_tensor(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -330,6 +360,9 @@ def _per_tensor(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[s
     return None if base.endswith("_") else outs
 
 
+_OFFSET_MASK = 0xFFFFFFFF  # the device RNG's offsets wrap at 32 bits
+
+
 class NotOneProgram(RuntimeError):
     """Tracing the graph needed a value in the middle (a CPU fallback or a read)."""
 
@@ -342,6 +375,9 @@ def _placeholder(a: Any, dev: int) -> Any:
         node = tensor.to_device_node(a.detach(), dev)
         return tensor.wrap(node)
     return a
+
+
+_VALUE_READ = ("a value was read", "a value was copied")  # cuts that name no op
 
 
 def _cut_reason(ev: events.Event) -> str | None:
@@ -368,7 +404,12 @@ def trace(gm: fx.GraphModule, args: Sequence[Any], dev: int, name: str) -> Varia
         if reason is not None:
             cuts.append(reason)
 
+    # The trace's draws are thrown away, the program's own are made per call: every RNG the
+    # trace may draw from goes back to where it was. The device RNG for a lowered random op;
+    # the CPU's for one that runs on the CPU (whose graph then runs lazily, drawing again).
     rng_state = torch.xla.get_rng_state(dev)  # type: ignore[attr-defined]
+    cpu_rng_state = torch.get_rng_state()
+    rng_start = seed_of(dev)[1]
     eager = config.get(_EAGER_SETTING)
     unsubscribe = events.subscribe(watch)
     mark = checks.mark()
@@ -376,15 +417,18 @@ def trace(gm: fx.GraphModule, args: Sequence[Any], dev: int, name: str) -> Varia
         if eager:
             config.set(_EAGER_SETTING, False)  # traced, not run op by op
         with torch.no_grad():
-            outs = _Run(gm).run(*placeholders)
+            outs = _Run(gm, cuts).run(*placeholders)
+        draws = (seed_of(dev)[1] - rng_start) & _OFFSET_MASK
     finally:
         unsubscribe()
         if eager:
             config.set(_EAGER_SETTING, True)
         torch.xla.set_rng_state(rng_state, dev)  # type: ignore[attr-defined]
+        torch.set_rng_state(cpu_rng_state)
         made = checks.made_since(mark)  # the graph's own assertions and index checks
     if cuts:
-        raise NotOneProgram(cuts[0])
+        # The op that cut the graph, rather than the copy that brought its operands over.
+        raise NotOneProgram(next((c for c in cuts if not c.startswith(_VALUE_READ)), cuts[0]))
     if not isinstance(outs, (tuple, list)):
         outs = (outs,)
     out_vals = gm.graph.output_node().args[0]
@@ -423,9 +467,10 @@ def trace(gm: fx.GraphModule, args: Sequence[Any], dev: int, name: str) -> Varia
         if isinstance(p, XlaTensor):
             tensor.forget_pending([p._st])
     variant = _compile(
-        [*roots, *[c.node for c in made]], placeholders, originals, outputs, mutations, dev, name
+        [*roots, *[c.node for c in made]], placeholders, originals, outputs, mutations, dev, name, rng_start
     )
     variant.checks = made
+    variant.draws = draws
     return variant
 
 
@@ -437,6 +482,7 @@ def _compile(
     mutations: list[tuple[int, int, tuple[int, ...], torch.dtype]],
     dev: int,
     name: str,
+    rng_start: int,
 ) -> Variant:
     if not roots:  # nothing to compute: a graph of constants and aliases
         return Variant(_NoProgram(), graph.linearize([]), dev, [], [], [], [], outputs, mutations)
@@ -457,13 +503,16 @@ def _compile(
         elif n.op is ir.SCALAR:
             scalar_pos[id(n)] = len(scalars)
             scalars.append(float(n.value))
-    rng: list[tuple[int, int]] = []
+    rng: list[tuple[int, int, int]] = []
     for n in g.nodes:
         if isinstance(n.arg, tuple) and len(n.arg) == 2 and isinstance(n.arg[1], tuple):
             for item in n.arg[1]:
                 if isinstance(item, tuple) and len(item) == 2 and item[0] == "__rng__":
                     seed_slot, offset_slot = item[1]
-                    rng.append((scalar_pos[id(n.src[seed_slot.i])], scalar_pos[id(n.src[offset_slot.i])]))
+                    offset_pos = scalar_pos[id(n.src[offset_slot.i])]
+                    # The program's order of ops is not the trace's: the offset it drew says.
+                    k = (int(scalars[offset_pos]) - rng_start) & _OFFSET_MASK
+                    rng.append((scalar_pos[id(n.src[seed_slot.i])], offset_pos, k))
     jdev = backend.jax_device(dev)
     scalar_array = jax.device_put(np.asarray(scalars, np.float64), jdev)
     key: tuple[Any, ...] = (g.key, graph._trace_settings())
