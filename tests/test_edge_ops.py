@@ -205,10 +205,8 @@ def test_view_dtype_writes(case: Callable[[torch.Tensor], Any], dev: torch.devic
     _differential(case, lambda: (_bits(torch.float32, (2, 4)),), dev)
 
 
-# Views eager refuses. On xla the runtime's view path (runtime/tensor.py ``_view``) raises its
-# own "has no shape rule" error where torch's meta kernel refuses, and returns a value where
-# only the strides or the storage offset make the view impossible: it does not ask torch's
-# view checks at the view's real layout yet.
+# Views eager refuses, for their shapes or (a dtype view) for their strides and storage offset:
+# the same error, raised at the view.
 _REFUSED_VIEWS = [
     (lambda x: x.view(torch.float32), torch.uint8, (3, 7)),  # size(-1) not divisible
     (lambda x: x.view(torch.uint8), torch.float32, ()),  # 0-d to another size
@@ -218,7 +216,6 @@ _REFUSED_VIEWS = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/tensor.py _view does not raise torch's view errors yet")
 @pytest.mark.parametrize("index", range(len(_REFUSED_VIEWS)))
 def test_refused_views_raise_eagers_error(index: int, dev: torch.device) -> None:
     view, dtype, shape = _REFUSED_VIEWS[index]

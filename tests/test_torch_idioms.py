@@ -250,3 +250,47 @@ def test_data_pointers_tell_storages_apart_as_in_eager(dev: torch.device) -> Non
         return len({p.data_ptr() for p in m.parameters()}), a[1].data_ptr() - a.data_ptr(), a.data_ptr() != 0
 
     assert pointers(dev) == pointers("cpu")
+
+
+def test_fourier_mixing_trains_compiled_as_one_program(dev: torch.device) -> None:
+    import xlalab.dynamo as dynamo
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        loss = torch.fft.fftn(x, dim=(-1, -2)).real.pow(2).mean()  # FNet's mixing layer
+        loss.backward()
+        return loss.detach()
+
+    x = torch.randn(2, 8, 4, requires_grad=True)
+    want = step(x)
+    on_dev = x.detach().to(dev).requires_grad_()
+    dynamo.reset()
+    got = torch.compile(step, backend="xlalab")(on_dev)
+    torch.testing.assert_close(got.cpu(), want)
+    assert on_dev.grad is not None and x.grad is not None
+    torch.testing.assert_close(on_dev.grad.cpu(), x.grad)
+    assert not [f.name for f in dynamo.compiled_functions() if f.lazy], dynamo.summary()
+
+
+@pytest.mark.parametrize(
+    "draw, low, high",
+    [
+        (lambda x: torch.rand_like(x), 0.0, 1.0),
+        (lambda x: torch.randn_like(x, dtype=torch.float64), -6.0, 6.0),
+        (lambda x: torch.randint_like(x, 10), 0.0, 9.0),
+        (lambda x: torch.randint_like(x, 3, 10), 3.0, 9.0),
+    ],
+    ids=["rand_like", "randn_like", "randint_like", "randint_like low"],
+)
+def test_random_like_ops_draw_on_the_device(draw: Any, low: float, high: float, dev: torch.device) -> None:
+    x = torch.zeros(4000, device=dev)
+    met.clear_all()
+    torch.manual_seed(3)
+    first = draw(x).cpu()
+    torch.manual_seed(3)
+    again = draw(x).cpu()
+    assert met.executed_fallback_ops() == []  # no draw on the CPU and copy over
+    want = draw(torch.zeros(4000))
+    assert first.dtype == want.dtype and first.shape == want.shape
+    assert torch.equal(first, again) and not torch.equal(first, draw(x).cpu())
+    assert low <= first.min().item() and first.max().item() <= high
+    assert abs(first.double().mean().item() - want.double().mean().item()) < 0.2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -181,3 +182,17 @@ def test_inplace_broadcast_error_matches_eager(dev: torch.device) -> None:
     a = torch.ones(3, device=dev)
     with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
         a.add_(torch.ones(2, 3, device=dev))
+
+
+def test_complex_views_read_and_write_as_in_eager(dev: torch.device) -> None:
+    def run(d: Any) -> list[torch.Tensor]:
+        c = torch.fft.fftn(torch.arange(12.0, device=d).reshape(3, 4))
+        r = torch.view_as_real(c)
+        r[..., 1].mul_(-1)  # the conjugate, written through the view
+        pairs = torch.arange(8.0, device=d).reshape(4, 2)
+        z = torch.view_as_complex(pairs)
+        z.mul_(1j)  # seen by the real pairs underneath
+        return [c.cpu(), r.cpu(), z.cpu(), pairs.cpu(), torch.view_as_real(c.t()).cpu()]
+
+    for want, got in zip(run("cpu"), run(dev)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

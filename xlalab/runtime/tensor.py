@@ -728,7 +728,12 @@ def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
         parent, chain, layout = base._st.node, (), None
     else:
         parent, layout = value(base), base._layout
-    node = _view_node(func, parent, tpl)  # counted as xla::<op> where it is recorded
+    if func is aten.view.dtype and layout is not None:
+        func(_laid_out(parent, layout), *tpl)  # a dtype view checks strides and offset: eager's error
+    node = record(func, (parent, *tpl), {})
+    if node is None:
+        func(_laid_out(parent, layout), *tpl)  # torch's own error for the view, at the user's line
+        raise RuntimeError(f"xlalab: the view op {func} has no shape rule for {parent}")
     t = wrap(node, base._st, (*chain, (func, tpl)), _view_layout(func, parent, layout, tpl))
     t._vcache = (base._st.node, node)
     return t
@@ -738,6 +743,17 @@ _LAYOUTS: dict[Any, Any] = {}
 
 
 Layout = tuple[tuple[int, ...], int]  # strides and storage offset
+
+
+def _laid_out(parent: Node, layout: Layout | None) -> torch.Tensor:
+    """A meta tensor of ``parent``'s shape and dtype with eager's strides and offset."""
+    shape = tuple(parent.shape or ())
+    if layout is None:
+        return torch.empty(shape, dtype=parent.dtype, device="meta")
+    strides, offset = layout
+    extent = offset + sum((n - 1) * st for n, st in zip(shape, strides) if n > 0) + 1
+    storage = torch.empty(max(extent, 1), dtype=parent.dtype, device="meta")
+    return storage.as_strided(shape, strides, offset)
 
 
 def _view_layout(
@@ -1133,6 +1149,8 @@ VIEW_OPS = {
     aten._reshape_alias.default,
     aten.unfold.default,
     aten.view.dtype,
+    aten.view_as_real.default,
+    aten.view_as_complex.default,
 }
 RANDOM_OPS = {
     aten.normal_.default,
@@ -1223,7 +1241,27 @@ def _transformer_encoder_layer_fwd(func: OpOverload, args: tuple[Any, ...], kwar
     return norm(x + feed_forward(x), 2)
 
 
+def _random_like(fill: Callable[[torch.Tensor, dict[str, Any]], Any]) -> Handler:
+    """``rand_like``/``randn_like``/``randint_like``: an empty tensor like ``self`` filled by the
+    device RNG's op (``uniform_``, ``normal_``, ``random_``), as ``torch.rand(device=xla)`` draws,
+    instead of a draw on the CPU and a copy over at every call."""
+
+    def handler(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        a = _bound(func, args, kwargs)
+        device = torch.device(a.get("device") or a["self"].device)
+        if a.get("generator") is not None or device.type != "xla" or isinstance(a.get("high"), torch.Tensor):
+            return fallback(func, args, kwargs)
+        out = torch.empty(tuple(a["self"].shape), dtype=a.get("dtype") or a["self"].dtype, device=device)
+        return fill(out, a)
+
+    return handler
+
+
 _SPECIAL: dict[OpOverload, Handler] = {
+    aten.rand_like.default: _random_like(lambda t, a: t.uniform_()),
+    aten.randn_like.default: _random_like(lambda t, a: t.normal_()),
+    aten.randint_like.default: _random_like(lambda t, a: t.random_(0, a["high"])),
+    aten.randint_like.low_dtype: _random_like(lambda t, a: t.random_(a["low"], a["high"])),
     aten.set_.source_Tensor: _set_source,
     aten._native_multi_head_attention.default: _native_multi_head_attention,
     aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer_fwd,
@@ -1292,11 +1330,42 @@ def _decomposition(func: OpOverload) -> Handler | None:
     if decomp is None:
         return None
 
+    accepted: dict[Any, bool] = {}  # per call signature: whether torch's meta and CPU kernels run it
+
     def handler(f: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # torch's decompositions check little of what eager checks (arguments, dtypes): ask
+        # the kernels once per signature, as a lowered op's shape rule does, so that eager
+        # raises its own error at the user's line instead of a value coming out.
+        try:
+            key = _call_key(args, kwargs)
+            ok = accepted.get(key)
+            if ok is None:
+                ok = accepted[key] = _compute_meta(f, args, kwargs) is not _NO_META
+        except TypeError:  # an unhashable argument
+            ok = True
+        if not ok:
+            return fallback(f, args, kwargs)
         out = decomp(*args, **kwargs)
         return fallback(f, args, kwargs) if out is NotImplemented else out
 
     return handler
+
+
+def _call_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """What decides whether the kernels accept a call: operands' shapes, dtypes and layouts,
+    a 0-d CPU operand's value, every other argument exactly (``ir.typed``)."""
+
+    def key(a: Any) -> Any:
+        tp = type(a)
+        if tp is XlaTensor:
+            return (tuple(a.shape), a.dtype, a._layout)
+        if isinstance(a, torch.Tensor):
+            return (tuple(a.shape), a.dtype, a.device.type, ir.typed(a.item()) if a.dim() == 0 else None)
+        if tp is list or tp is tuple:
+            return tuple([key(x) for x in a])
+        return ir.typed(a)
+
+    return (tuple([key(a) for a in args]), tuple([(k, key(v)) for k, v in kwargs.items()]))
 
 
 def _resolve(func: OpOverload) -> Handler:

@@ -124,6 +124,16 @@ def _as_strided_scatter(x: Any, src: Any, size: Any, stride: Any, storage_offset
     return jnp.ravel(x).at[idx.reshape(-1)].set(jnp.ravel(src).astype(x.dtype)).reshape(x.shape)
 
 
+@lowering(aten.view_as_real.default)
+def _view_as_real(x: Any) -> Any:
+    return jnp.stack([jnp.real(x), jnp.imag(x)], axis=-1)
+
+
+@lowering(aten.view_as_complex.default)
+def _view_as_complex(x: Any) -> Any:
+    return lax.complex(x[..., 0], x[..., 1])
+
+
 @lowering(aten.unfold.default)
 def _unfold(x: Any, dim: int, size: int, step: int) -> Any:
     if x.ndim == 0:
@@ -205,6 +215,10 @@ def _write(base: Any, chain: tuple[Any, ...], src: Any) -> Any:
         return jnp.transpose(new_inner, [int(d) for d in np.argsort(dims)])
     if name in ("aten::t", "aten::transpose"):
         return _apply_view(func, new_inner, tpl)
+    if name == "aten::view_as_real":  # pairs back to complex numbers, and the reverse
+        return _view_as_complex(new_inner.astype(inner.dtype))
+    if name == "aten::view_as_complex":
+        return _view_as_real(new_inner).astype(base.dtype)
     if name == "aten::select":
         dim = _canon(args[0], base.ndim)
         index = _canon(args[1], base.shape[dim])
