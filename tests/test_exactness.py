@@ -259,6 +259,18 @@ def test_a_failed_sync_leaves_other_tensors_computable(failing_sinh: Any) -> Non
             t.cpu()
 
 
+def test_analysis_of_the_pending_graph_counts_values_made_from_a_failed_one(failing_sinh: Any) -> None:
+    from xlalab.debug import barriers
+
+    broken = torch.ones(3, device=DEV).sinh()
+    with pytest.raises(graph.LoweringError, match="boom"):
+        xm.mark_step()
+    child = broken * 3  # pending, over the failed value: the lab counts it at a cell's end
+    assert barriers.pending_nodes() >= 2
+    with pytest.raises(graph.LoweringError, match="boom"):
+        child.cpu()
+
+
 def test_a_failed_read_leaves_other_tensors_computable(failing_sinh: Any) -> None:
     a = torch.ones(3, device=DEV)
     broken = a.sinh()

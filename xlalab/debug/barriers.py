@@ -90,7 +90,8 @@ def _on_xla(optimizer: Any) -> bool:
 def pending_graph() -> Any:
     """The graph of every live pending tensor (what the next barrier would compile), or None.
 
-    Only walks the IR: nothing is compiled, run or transferred.
+    Only walks the IR: nothing is compiled, run or transferred. A value made from one whose
+    computation failed is counted like any other (reading it raises; looking at it must not).
     """
     from xlalab.runtime import graph as graph_mod
     from xlalab.runtime import tensor as tensor_mod
@@ -98,7 +99,7 @@ def pending_graph() -> Any:
     storages = tensor_mod.pending_storages()
     if not storages:
         return None
-    return graph_mod.linearize([st.node for st in storages])
+    return graph_mod.linearize([st.node for st in storages], failed_ok=True)
 
 
 def pending_nodes() -> int:
