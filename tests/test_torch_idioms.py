@@ -294,3 +294,19 @@ def test_random_like_ops_draw_on_the_device(draw: Any, low: float, high: float, 
     assert torch.equal(first, again) and not torch.equal(first, draw(x).cpu())
     assert low <= first.min().item() and first.max().item() <= high
     assert abs(first.double().mean().item() - want.double().mean().item()) < 0.2
+
+
+def test_randperm_draws_a_permutation_on_the_device(dev: torch.device) -> None:
+    met.clear_all()
+    torch.manual_seed(5)
+    first = torch.randperm(500, device=dev).cpu()
+    torch.manual_seed(5)
+    again = torch.randperm(500, device=dev).cpu()
+    small = torch.randperm(7, device=dev, dtype=torch.int32).cpu()
+    assert met.executed_fallback_ops() == []
+    assert sorted(first.tolist()) == list(range(500)) and first.dtype == torch.int64
+    assert torch.equal(first, again) and not torch.equal(first, torch.arange(500))
+    assert small.dtype == torch.int32 and sorted(small.tolist()) == list(range(7))
+    g = torch.Generator().manual_seed(0)  # a CPU generator draws as eager does
+    want = torch.randperm(9, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(torch.randperm(9, device=dev, generator=g).cpu(), want)

@@ -1257,7 +1257,24 @@ def _random_like(fill: Callable[[torch.Tensor, dict[str, Any]], Any]) -> Handler
     return handler
 
 
+def _randperm_out(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``torch.randperm(n, device=xla)`` (torch fills an empty out= tensor): the order that sorts
+    n uniform float64 draws of the device RNG (ties among 2**53 values are as rare as in any
+    shuffle), instead of a draw on the CPU and a copy over at every call. A CPU generator
+    draws on the CPU, as eager does."""
+    a = _bound(func, args, kwargs)
+    out = a["out"]
+    if a.get("generator") is not None or type(out) is not XlaTensor:
+        return fallback(func, args, kwargs)
+    keys = torch.empty(int(a["n"]), dtype=torch.float64, device=out.device).uniform_()
+    order: Any = torch.argsort(keys, stable=True).to(out.dtype)
+    _set_result(out, value(order))
+    return out
+
+
 _SPECIAL: dict[OpOverload, Handler] = {
+    aten.randperm.out: _randperm_out,
+    aten.randperm.generator_out: _randperm_out,
     aten.rand_like.default: _random_like(lambda t, a: t.uniform_()),
     aten.randn_like.default: _random_like(lambda t, a: t.normal_()),
     aten.randint_like.default: _random_like(lambda t, a: t.random_(0, a["high"])),
