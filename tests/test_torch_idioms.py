@@ -310,3 +310,36 @@ def test_randperm_draws_a_permutation_on_the_device(dev: torch.device) -> None:
     g = torch.Generator().manual_seed(0)  # a CPU generator draws as eager does
     want = torch.randperm(9, generator=torch.Generator().manual_seed(0))
     assert torch.equal(torch.randperm(9, device=dev, generator=g).cpu(), want)
+
+
+def test_multinomial_draws_on_the_device(dev: torch.device) -> None:
+    weights = torch.tensor([[0.2, 0.8, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
+    met.clear_all()
+    torch.manual_seed(1)
+    rows = torch.multinomial(weights.to(dev), 3).cpu()  # without replacement
+    torch.manual_seed(1)
+    assert torch.equal(torch.multinomial(weights.to(dev), 3).cpu(), rows)
+    for row in rows.tolist():
+        assert len(set(row)) == 3
+    assert 2 not in rows[0].tolist()  # a zero weight is never drawn while others remain
+    many = torch.multinomial(weights[0].to(dev), 20000, replacement=True).cpu()
+    freq = torch.bincount(many, minlength=4).double() / many.numel()
+    torch.testing.assert_close(freq, (weights[0] / weights[0].sum()).double(), rtol=0, atol=0.02)
+    assert met.executed_fallback_ops() == []
+
+
+@pytest.mark.parametrize(
+    "probs, n", [([1.0, 1.0], 3), ([1, 1], 1), ([1.0, 1.0], 0)], ids=["too many", "integers", "none"]
+)
+def test_multinomial_refuses_what_eager_refuses_at_the_call(probs: list[Any], n: int, dev: Any) -> None:
+    with pytest.raises(RuntimeError) as eager:
+        torch.multinomial(torch.tensor(probs), n)
+    with pytest.raises(RuntimeError) as lazy:
+        torch.multinomial(torch.tensor(probs, device=dev), n)
+    assert str(lazy.value) == str(eager.value)
+
+
+def test_multinomial_of_a_negative_weight_raises_at_the_next_sync(dev: torch.device) -> None:
+    drawn = torch.multinomial(torch.tensor([-1.0, 2.0], device=dev), 1)  # no wait at the call
+    with pytest.raises(RuntimeError, match="probability tensor contains either `inf`, `nan` or element < 0"):
+        drawn.cpu()

@@ -1031,11 +1031,37 @@ def _random(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     if func is aten.native_dropout.default:
         outs = ((tuple(self.shape), self.dtype), (tuple(self.shape), torch.bool))
         return wrap_result(Node(func, src, (tpl, ktpl), None, None, dev, outs=outs))
+    if func is aten.multinomial.default:
+        return wrap(Node(func, src, (tpl, ktpl), _multinomial_checks(args), torch.int64, dev))
     node = Node(func, src, (tpl, ktpl), tuple(self.shape), self.dtype, dev)
     if functional is not None:
         return wrap(node)
     assign(self, node)
     return self
+
+
+def _multinomial_checks(args: tuple[Any, ...]) -> tuple[int, ...]:
+    """``multinomial``'s output shape, after eager's checks: those of the shapes raise here (from
+    torch's meta kernel), those of the values are device checks raised at a later sync."""
+    probs = args[0]
+    key = (tuple(probs.shape), probs.dtype, *args[1:])
+    shape = _MULTINOMIAL_SHAPES.get(key)
+    if shape is None:  # eager's checks of shapes and dtypes, once per signature: on ones
+        ones = torch.ones(key[0], dtype=probs.dtype)
+        shape = _MULTINOMIAL_SHAPES[key] = tuple(aten.multinomial(ones, *args[1:]).shape)
+    with torch.no_grad():
+        torch._assert_async(
+            (probs.isfinite() & (probs >= 0)).all(),
+            "multinomial: probability tensor contains either `inf`, `nan` or element < 0",
+        )
+        torch._assert_async(
+            (probs.sum(-1) > 0).all(),
+            "multinomial: invalid multinomial distribution (sum of probabilities <= 0)",
+        )
+    return shape
+
+
+_MULTINOMIAL_SHAPES: dict[Any, tuple[int, ...]] = {}
 
 
 def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -1164,6 +1190,7 @@ RANDOM_OPS = {
     aten.random_.to,
     aten.exponential_.default,
     aten.native_dropout.default,
+    aten.multinomial.default,
 }
 def _assert_async(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``torch._assert_async(cond[, msg])``: a check computed with the next graph, raised at a

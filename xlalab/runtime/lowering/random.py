@@ -72,3 +72,16 @@ def _native_dropout(x: Any, p: float, train: Any = True, *, key: Any) -> Any:
     keep = jax.random.bernoulli(key, 1.0 - p, x.shape)
     scale = 1.0 / (1.0 - p) if p < 1 else 0.0
     return jnp.where(keep, x * scale, 0).astype(x.dtype), keep
+
+
+@lowering(aten.multinomial.default)
+def _multinomial(p: Any, num_samples: int, replacement: bool = False, *, key: Any) -> Any:
+    """Category indices drawn with probabilities ``p`` (rows of weights, not normalized): with
+    replacement, independent categorical draws; without, the top ``num_samples`` of the
+    log-weights perturbed by Gumbel noise, which samples without replacement."""
+    logits = jnp.log(p.astype(_float(p)))  # a zero weight is -inf: never drawn while others remain
+    if replacement:
+        draws = jax.random.categorical(key, logits[..., None, :], axis=-1, shape=(*p.shape[:-1], num_samples))
+    else:
+        _, draws = jax.lax.top_k(logits + jax.random.gumbel(key, p.shape, logits.dtype), num_samples)
+    return draws.astype(jnp.int64)
