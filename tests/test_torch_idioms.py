@@ -343,3 +343,20 @@ def test_multinomial_of_a_negative_weight_raises_at_the_next_sync(dev: torch.dev
     drawn = torch.multinomial(torch.tensor([-1.0, 2.0], device=dev), 1)  # no wait at the call
     with pytest.raises(RuntimeError, match="probability tensor contains either `inf`, `nan` or element < 0"):
         drawn.cpu()
+
+
+def test_torch_func_linearize_and_make_fx_trace_xla_ops(dev: torch.device) -> None:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x, t = torch.randn(4), torch.randn(4)
+
+    def f(v: torch.Tensor) -> torch.Tensor:
+        return v.sin() * v.sum()
+
+    want = torch.func.jvp(f, (x,), (t,))[1]
+    _, jvp_fn = torch.func.linearize(f, x.to(dev))  # traced with make_fx over xla tensors
+    torch.testing.assert_close(jvp_fn(t.to(dev)).cpu(), want)
+    traced = make_fx(f)(x.to(dev))
+    targets = {str(n.target) for n in traced.graph.nodes if n.op == "call_function"}
+    assert {"aten.sin.default", "aten.sum.default", "aten.mul.Tensor"} <= targets
+    assert not [t for t in targets if "empty" in t or "full" in t]  # not the runtime's own helpers

@@ -220,6 +220,18 @@ def install() -> None:
     torch._C._set_multithreading_enabled(False)
     backward_errors.install()
     _patch_tensor_constructors()
+    _traced_as_tensors()
+
+
+def _traced_as_tensors() -> None:
+    """``make_fx`` (``torch.func.linearize`` traces with it) records ops on xla tensors as it
+    does on plain ones. Left to a tensor subclass, it would record the runtime's own helper
+    calls instead (meta-device shape runs, CPU checks), and the traced function would return
+    constants."""
+    from torch.fx.experimental import proxy_tensor
+
+    if XlaTensor not in proxy_tensor.HANDLED_TYPES:
+        proxy_tensor.HANDLED_TYPES = (*proxy_tensor.HANDLED_TYPES, XlaTensor)  # type: ignore[assignment]
 
 
 def _host_data(data: Any) -> Any:
