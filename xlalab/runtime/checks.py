@@ -8,7 +8,8 @@ Two kinds read their flag at different times:
   mode that already pays a read per sync);
 - a *deferred* check is an assertion the program makes without waiting for it,
   ``torch._assert_async`` (which torch's own decompositions emit, e.g. ``one_hot``'s class
-  range in a compiled graph). Its flag is read at the next point the host waits for the device
+  range in a compiled graph), or torch.linalg's error codes (a singular matrix for ``inv``,
+  ``_linalg_check_errors``). Its flag is read at the next point the host waits for the device
   anyway (a value read to the CPU, ``wait_device_ops``), or at the next execution if the
   program has finished by then; the error names the assertion's message and the line that made
   it. This is how a device-side assert behaves on CUDA: asynchronous, reported at a sync.
@@ -145,3 +146,80 @@ def assert_async(node_of: Any, cond: torch.Tensor, message: str | None) -> None:
 
 def lower_assert(vals: list[Any], arg: Any, shape: Any, dtype: Any) -> Any:
     return jnp.all(vals[0] == 0)
+
+
+# ----------------------------------------------------------------------------- linalg error codes
+
+LINALG_CHECKED = "checked on the device and reported at this sync, as a device-side assert is"
+
+
+def _linalg_failure(api_name: str) -> tuple[type[Exception], str]:
+    """Eager's error for a nonzero LAPACK ``info`` of ``api_name`` (its wording, less the
+    index it reads from the device)."""
+    if "inv" in api_name:
+        return (
+            torch.linalg.LinAlgError,
+            "The inversion could not be completed because the input matrix is singular.",
+        )
+    if "solve" in api_name:
+        return torch.linalg.LinAlgError, "The solver failed because the input matrix is singular."
+    if "cholesky" in api_name:
+        return torch.linalg.LinAlgError, (
+            "The factorization could not be completed because the input is not positive-definite "
+            "(one of its leading minors is not positive-definite)."
+        )
+    if "lu_factor" in api_name:
+        return RuntimeError, (
+            "U has a zero diagonal element and using it on lu_solve would result in a division by zero. "
+            "If you still want to perform the factorization, consider calling linalg.lu(A, pivot) or "
+            "linalg.lu_factor_ex(A, pivot)"
+        )
+    return torch.linalg.LinAlgError, "The computation failed (a nonzero LAPACK error code)."
+
+
+def linalg_errors(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """``aten._linalg_check_errors(info, api_name, is_matrix)`` on an xla ``info``: eager reads
+    ``info`` and raises if any is nonzero; here that is a deferred check (no read per call), so
+    ``torch.linalg.inv``/``solve``/``cholesky`` stay in the graph and a singular input raises
+    eager's error at the next sync."""
+    from . import replica_state, tensor  # tensor imports this module
+
+    info, api_name = args[0], str(args[1])
+    if type(info) is not tensor.XlaTensor or replica_state.current() is not None:
+        # Replicas run their graphs as one program of their own: read the codes now instead.
+        tensor.fallback(func, args, kwargs)
+        return
+    ok: Any = torch.all(info == 0)  # an xla tensor: recorded, not read
+    src = tensor.value(ok)
+    error, text = _linalg_failure(api_name)
+    add(
+        Check(
+            ir.Node(ASSERT, (src,), None, (), torch.bool, src.device),
+            error,
+            f"{api_name}: {text} ({api_name} at {where()}: {LINALG_CHECKED})",
+            deferred=True,
+        )
+    )
+
+
+def linalg_ex_checked(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A ``linalg_*_ex`` op called with ``check_errors=True``: the lowered op without it, then
+    the deferred check of its ``info`` (its last output), named as eager names it."""
+    from . import tensor
+
+    if not kwargs.get("check_errors", False):
+        return tensor._lowered(func, args, kwargs)
+    out = tensor._lowered(func, args, {**kwargs, "check_errors": False})
+    api = _EX_API_NAMES.get(func._schema.name, func._schema.name)
+    linalg_errors(
+        torch.ops.aten._linalg_check_errors.default, (out[-1], api), {"is_matrix": args[0].dim() == 2}
+    )
+    return out
+
+
+_EX_API_NAMES = {
+    "aten::linalg_inv_ex": "linalg.inv_ex",
+    "aten::linalg_cholesky_ex": "linalg.cholesky_ex",
+    "aten::_linalg_solve_ex": "torch.linalg.solve_ex",
+    "aten::linalg_lu_factor_ex": "torch.linalg.lu_factor_ex",
+}

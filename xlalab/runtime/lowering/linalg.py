@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import torch
 from jax import lax
+from jax._src.lax import linalg as jax_linalg
 
 from xlalab.runtime.lowering.elementwise import HALF, Scalar, integral_scalar, is_number, scaled
 from xlalab.runtime.lowering.registry import lowering
@@ -93,3 +94,227 @@ def _addr(x: Array, vec1: Array, vec2: Array, beta: Scalar = 1, alpha: Scalar = 
     if vec1.dtype in HALF:
         vec1 = vec1.astype(jnp.float32)
     return _beta_alpha(x, jnp.outer(vec1, vec2), beta, alpha)
+
+
+# JAX's CPU LAPACK kernels find their LAPACK routines when a program using them is first
+# lowered; a program loaded ready-made from the program store (runtime/program_store.py) is
+# never lowered in this process, and its kernels would call a null routine (a segfault).
+jax_linalg.initialize_lapack()
+
+
+# ----------------------------------------------------------------------------- factorizations
+#
+# Results follow LAPACK's conventions, as eager CPU PyTorch returns them: pivots are 1-based
+# int32 row swaps, ``info`` is 0 or the 1-based index where the factorization failed. The LU
+# and pivots feed torch's backward formulas (linalg_lu_solve with ``adjoint``), so they must be
+# the very factorization eager computes: det and slogdet factor ``A.mT`` (torch's choice for a
+# contiguous real ``A``: LAPACK then needs no copy), linalg.solve, inv and lu_factor ``A``.
+
+
+def _first_true(flags: Array) -> Array:
+    """int32 1-based index of the first true entry on the last axis, 0 if none (LAPACK's info)."""
+    if flags.shape[-1] == 0:  # an empty matrix factors without error
+        return jnp.zeros(flags.shape[:-1], jnp.int32)
+    found = jnp.any(flags, axis=-1)
+    return jnp.where(found, jnp.argmax(flags, axis=-1) + 1, 0).astype(jnp.int32)
+
+
+def _lu_unpivoted(a: Array) -> Array:
+    """Doolittle LU without row exchanges (``pivot=False``, as torch's CUDA kernel computes it)."""
+    m, n = a.shape[-2:]
+    rows, cols = jnp.arange(m)[:, None], jnp.arange(n)[None, :]
+
+    def step(k: Array, lu: Array) -> Array:
+        pivot = lu[..., k, k][..., None]
+        below = jnp.where(jnp.arange(m) > k, lu[..., :, k] / pivot, 0)  # the multipliers l[k+1:, k]
+        right = jnp.where(jnp.arange(n) > k, lu[..., k, :], 0)  # u[k, k+1:]
+        lu = lu - below[..., :, None] * right[..., None, :]
+        return jnp.where((rows > k) & (cols == k), below[..., :, None], lu)
+
+    return lax.fori_loop(0, min(m, n), step, a)
+
+
+def _lu(a: Array, pivot: bool = True) -> tuple[Array, Array, Array]:
+    """LAPACK getrf: (LU, 1-based int32 pivots, info = first exactly-zero diagonal of U)."""
+    k = min(a.shape[-2:])
+    if pivot:
+        lu, pivots, _ = lax.linalg.lu(a)
+        pivots = pivots.astype(jnp.int32) + 1
+    else:
+        lu = _lu_unpivoted(a)
+        pivots = jnp.broadcast_to(jnp.arange(1, k + 1, dtype=jnp.int32), (*a.shape[:-2], k))
+    info = _first_true(jnp.diagonal(lu, axis1=-2, axis2=-1)[..., :k] == 0)
+    return lu, pivots, info
+
+
+@lowering(aten.linalg_lu_factor_ex.default)
+def _lu_factor_ex(a: Array, pivot: bool = True, check_errors: bool = False) -> tuple[Array, Array, Array]:
+    # check_errors=True raises through its handler (runtime/checks.py), which calls this with False.
+    return _lu(a, pivot)
+
+
+def _permutation(pivots: Array, n: int) -> Array:
+    """The row order ``perm`` of LAPACK's sequential swaps: ``A[perm] == L @ U``."""
+    return lax.linalg.lu_pivots_to_permutation(pivots - 1, n)
+
+
+def _unpack(lu: Array, pivots: Array, unpack_data: bool, unpack_pivots: bool) -> tuple[Array, Array, Array]:
+    """``A = P L U`` from getrf's packed form; a part not asked for is an empty tensor, as eager's."""
+    m, n = lu.shape[-2:]
+    k = min(m, n)
+    empty = jnp.zeros((0,), lu.dtype)
+    if unpack_pivots:
+        perm = _permutation(pivots, m)  # A[perm] == L U, so P[perm[i], i] == 1
+        p = (perm[..., :, None] == jnp.arange(m)).swapaxes(-1, -2).astype(lu.dtype)
+    else:
+        p = empty
+    if not unpack_data:
+        return p, empty, empty
+    lower = jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=lu.dtype)
+    return p, lower, jnp.triu(lu[..., :k, :])
+
+
+@lowering(aten.lu_unpack.default)
+def _lu_unpack(
+    lu: Array, pivots: Array, unpack_data: bool = True, unpack_pivots: bool = True
+) -> tuple[Array, Array, Array]:
+    return _unpack(lu, pivots, unpack_data, unpack_pivots)
+
+
+@lowering(aten.linalg_lu.default)
+def _linalg_lu(a: Array, pivot: bool = True) -> tuple[Array, Array, Array]:
+    lu, pivots, _ = _lu(a, pivot)
+    p, lower, upper = _unpack(lu, pivots, True, pivot)
+    return p, lower, upper
+
+
+def _take_rows(x: Array, order: Array) -> Array:
+    return jnp.take_along_axis(x, order[..., :, None], axis=-2)
+
+
+def _take_cols(x: Array, order: Array) -> Array:
+    return jnp.take_along_axis(x, order[..., None, :], axis=-1)
+
+
+def _batch_broadcast(*xs: Array) -> list[Array]:
+    """Broadcast the leading (batch) dims of matrices, as torch's linalg solvers do."""
+    batch = jnp.broadcast_shapes(*[x.shape[:-2] for x in xs])
+    return [jnp.broadcast_to(x, (*batch, *x.shape[-2:])) for x in xs]
+
+
+def _lu_solve(lu: Array, pivots: Array, b: Array, left: bool, adjoint: bool) -> Array:
+    """Solve ``A X = B`` (``X A = B`` if not ``left``; ``A^H`` if ``adjoint``) with ``A = P L U``."""
+    n = lu.shape[-1]
+    lu, b = _batch_broadcast(lu, b)
+    perm = jnp.broadcast_to(_permutation(pivots, n), (*lu.shape[:-2], n))
+    inverse = jnp.argsort(perm, axis=-1)
+    solve = lax.linalg.triangular_solve  # b on the left of a unless left_side; a read as a triangle
+
+    def tri(x: Array, lower: bool, unit: bool, transpose: bool) -> Array:
+        return solve(lu, x, left_side=left, lower=lower, transpose_a=transpose, conjugate_a=transpose,
+                     unit_diagonal=unit)  # fmt: skip
+
+    if left and not adjoint:  # L U X = P^T B
+        return tri(tri(_take_rows(b, perm), True, True, False), False, False, False)
+    if left:  # U^H L^H (P^T X) = B
+        return _take_rows(tri(tri(b, False, False, True), True, True, True), inverse)
+    if not adjoint:  # (X P) L U = B: Y = B U^-1 L^-1, X = Y P^T
+        return _take_cols(tri(tri(b, False, False, False), True, True, False), inverse)
+    # X U^H L^H P^T = B
+    return tri(tri(_take_cols(b, perm), True, True, True), False, False, True)
+
+
+@lowering(aten.linalg_lu_solve.default)
+def _linalg_lu_solve(lu: Array, pivots: Array, b: Array, left: bool = True, adjoint: bool = False) -> Array:
+    return _lu_solve(lu, pivots, b, left, adjoint)
+
+
+def _is_vector_rhs(a: Array, b: Array) -> bool:
+    """torch's [numpy-compat] rule: ``b`` is a (batch of) vector(s), not a matrix."""
+    return b.ndim == 1 or (b.ndim == a.ndim - 1 and b.shape == a.shape[:-1])
+
+
+@lowering(aten._linalg_solve_ex.default)
+def _solve_ex(
+    a: Array, b: Array, left: bool = True, check_errors: bool = False
+) -> tuple[Array, Array, Array, Array]:
+    lu, pivots, info = _lu(a)
+    vector = _is_vector_rhs(a, b)
+    x = _lu_solve(lu, pivots, b[..., None] if vector else b, left, adjoint=False)
+    return (x[..., 0] if vector else x), lu, pivots, info
+
+
+@lowering(aten.linalg_inv_ex.default)
+def _inv_ex(a: Array, check_errors: bool = False) -> tuple[Array, Array]:
+    # Eager solves A X = I through linalg.solve's LU (info is that one's).
+    lu, pivots, info = _lu(a)
+    eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
+    return _lu_solve(lu, pivots, eye, left=True, adjoint=False), info
+
+
+def _permutation_sign(pivots: Array, dtype: jnp.dtype) -> Array:
+    swaps = jnp.sum(pivots != jnp.arange(1, pivots.shape[-1] + 1, dtype=pivots.dtype), axis=-1)
+    return jnp.where(swaps % 2 == 0, 1, -1).astype(dtype)
+
+
+@lowering(aten._linalg_det.default)
+def _det(a: Array) -> tuple[Array, Array, Array]:
+    lu, pivots, _ = _lu(jnp.swapaxes(a, -1, -2))  # det(A^T) == det(A)
+    diagonal = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    return _permutation_sign(pivots, a.dtype) * jnp.prod(diagonal, axis=-1), lu, pivots
+
+
+@lowering(aten._linalg_slogdet.default)
+def _slogdet(a: Array) -> tuple[Array, Array, Array, Array]:
+    lu, pivots, _ = _lu(jnp.swapaxes(a, -1, -2))
+    diagonal = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    sign = _permutation_sign(pivots, a.dtype) * jnp.prod(jnp.sign(diagonal), axis=-1)
+    return sign, jnp.sum(jnp.log(jnp.abs(diagonal)), axis=-1), lu, pivots
+
+
+@lowering(aten.linalg_solve_triangular.default)
+def _solve_triangular(
+    a: Array, b: Array, upper: bool, left: bool = True, unitriangular: bool = False
+) -> Array:
+    a, b = _batch_broadcast(a, b)
+    return lax.linalg.triangular_solve(a, b, left_side=left, lower=not upper, unit_diagonal=unitriangular)
+
+
+def _potf2(a: Array) -> tuple[Array, Array]:
+    """LAPACK's unblocked Cholesky (lower), run where the fast one failed: it stops at the first
+    column whose pivot is not positive (or NaN), leaves that pivot in place and the columns
+    after it as they were, and reports the column (1-based) as info."""
+    n = a.shape[-1]
+    idx = jnp.arange(n)
+
+    def step(j: Array, carry: tuple[Array, Array]) -> tuple[Array, Array]:
+        fac, info = carry
+        done = jnp.where(idx < j, fac[..., j, :], 0)  # fac[j, :j]
+        factored = jnp.where(idx[None, :] < j, fac, 0)  # fac[:, :j]
+        ajj = fac[..., j, j] - jnp.sum(done * done, axis=-1)
+        running = info == 0
+        fails = running & ~(ajj > 0)
+        root = jnp.sqrt(jnp.where(fails, 1, ajj))
+        dots = jnp.einsum("...ik,...k->...i", factored, done, precision=precision())
+        column = (fac[..., :, j] - dots) / root[..., None]
+        column = jnp.where(idx > j, column, jnp.where(idx == j, root[..., None], fac[..., :, j]))
+        column = jnp.where(fails[..., None], jnp.where(idx == j, ajj[..., None], fac[..., :, j]), column)
+        column = jnp.where(running[..., None], column, fac[..., :, j])
+        return fac.at[..., :, j].set(column), jnp.where(fails, j + 1, info).astype(jnp.int32)
+
+    info0 = jnp.zeros(a.shape[:-2], jnp.int32)
+    fac, info = lax.fori_loop(0, n, step, (a, info0))
+    return jnp.tril(fac), info
+
+
+@lowering(aten.linalg_cholesky_ex.default)
+def _cholesky_ex(a: Array, upper: bool = False, check_errors: bool = False) -> tuple[Array, Array]:
+    # upper: A = U^H U from A's upper triangle, which is the lower one of A^T (real dtypes).
+    x = jnp.swapaxes(a, -1, -2) if upper else a
+    fast = jnp.tril(lax.linalg.cholesky(x, symmetrize_input=False))
+    # XLA's Cholesky turns a failed matrix into NaNs: redo the batch the way LAPACK does, to
+    # return its info and partial factor (only when something failed; a program has no branches
+    # per element, so the whole batch goes through the slow path then).
+    failed = jnp.any(~jnp.isfinite(fast))
+    factor, info = lax.cond(failed, _potf2, lambda y: (fast, jnp.zeros(y.shape[:-2], jnp.int32)), x)
+    return (jnp.swapaxes(factor, -1, -2) if upper else factor), info
