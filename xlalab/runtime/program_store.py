@@ -137,7 +137,13 @@ def load(text: str, device: int) -> tuple[Any, tuple[int, ...], tuple[int, ...],
         if files[1].read_text() != text:
             return None  # a different graph with the same digest: never load it
         payload, in_tree, out_tree, donated, uses, order = pickle.loads(files[0].read_bytes())
+        from jax._src.lax import linalg as jax_linalg
         from jax.experimental.serialize_executable import deserialize_and_load
+
+        # JAX's CPU LAPACK kernels find their routines when a program using them is lowered; a
+        # program loaded ready-made is never lowered in this process, and its kernels would
+        # call a null routine (a segfault). Once per process, and only for stored programs.
+        jax_linalg.initialize_lapack()
 
         loaded = deserialize_and_load(payload, in_tree, out_tree, backend.jax_device(device).client)
         os.utime(files[0])  # recently used: the last to be dropped when the store is full

@@ -1300,6 +1300,12 @@ def _randperm_out(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
 
 
 _SPECIAL: dict[OpOverload, Handler] = {
+    # linalg's error codes: device checks raised at a later sync, not a read per call
+    aten._linalg_check_errors.default: checks.linalg_errors,
+    aten.linalg_inv_ex.default: checks.linalg_ex_checked,
+    aten.linalg_cholesky_ex.default: checks.linalg_ex_checked,
+    aten._linalg_solve_ex.default: checks.linalg_ex_checked,
+    aten.linalg_lu_factor_ex.default: checks.linalg_ex_checked,
     aten.randperm.out: _randperm_out,
     aten.randperm.generator_out: _randperm_out,
     aten.rand_like.default: _random_like(lambda t, a: t.uniform_()),

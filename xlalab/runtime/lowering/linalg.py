@@ -6,7 +6,6 @@ import jax
 import jax.numpy as jnp
 import torch
 from jax import lax
-from jax._src.lax import linalg as jax_linalg
 
 from xlalab.runtime.lowering.elementwise import HALF, Scalar, integral_scalar, is_number, scaled
 from xlalab.runtime.lowering.registry import lowering
@@ -96,10 +95,6 @@ def _addr(x: Array, vec1: Array, vec2: Array, beta: Scalar = 1, alpha: Scalar = 
     return _beta_alpha(x, jnp.outer(vec1, vec2), beta, alpha)
 
 
-# JAX's CPU LAPACK kernels find their LAPACK routines when a program using them is first
-# lowered; a program loaded ready-made from the program store (runtime/program_store.py) is
-# never lowered in this process, and its kernels would call a null routine (a segfault).
-jax_linalg.initialize_lapack()
 
 
 # ----------------------------------------------------------------------------- factorizations
