@@ -154,6 +154,11 @@ GRADIENTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "lu": lambda a, b: torch.stack(torch.linalg.lu(a)) @ b,
     "det": lambda a, b: torch.linalg.det(a)[..., None, None] * b,
     "slogdet": lambda a, b: torch.linalg.slogdet(a).logabsdet[..., None, None] * b,
+    # eager factors a transposed view itself, a contiguous matrix through its transpose, and the
+    # backward reads the factors it made: the same choice here
+    "det of a transposed view": lambda a, b: torch.linalg.det(a.mT)[..., None, None] * b,
+    "slogdet of a transposed view": lambda a, b: torch.linalg.slogdet(a.mT).logabsdet[..., None, None] * b,
+    "det of a slice": lambda a, b: torch.linalg.det(a[:, :3, 1:])[..., None, None] * b,
 }
 
 

@@ -1299,7 +1299,20 @@ def _randperm_out(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
     return out
 
 
+def _factored_as_eager(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``_linalg_det``/``_linalg_slogdet`` return the LU factors their backward reads; eager
+    factors ``A.mT`` when ``A`` is a contiguous real matrix and ``A`` itself otherwise (a
+    transposed view), and the backward assumes the same. The lowering factors its operand's
+    transpose: it is given ``A.mT`` where eager factors ``A``."""
+    a = args[0]
+    if type(a) is XlaTensor and a.dim() >= 2 and not (a.is_contiguous() and not a.is_complex()):
+        args = (a.mT, *args[1:])
+    return _lowered(func, args, kwargs)
+
+
 _SPECIAL: dict[OpOverload, Handler] = {
+    aten._linalg_det.default: _factored_as_eager,
+    aten._linalg_slogdet.default: _factored_as_eager,
     # linalg's error codes: device checks raised at a later sync, not a read per call
     aten._linalg_check_errors.default: checks.linalg_errors,
     aten.linalg_inv_ex.default: checks.linalg_ex_checked,
