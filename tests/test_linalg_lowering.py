@@ -236,3 +236,21 @@ def test_a_batched_check_passes_when_every_matrix_is_invertible(dev: torch.devic
     xm.wait_device_ops()  # no error: every info is 0
     torch.testing.assert_close(got.cpu(), torch.linalg.inv(a), rtol=1e-5, atol=1e-5)
     assert not _checks_on_the_cpu()
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (2, 0, 0), (0, 3, 3)], ids=str)
+def test_empty_matrices_and_batches(shape: tuple[int, ...], dev: torch.device) -> None:
+    a = torch.zeros(shape) if shape[-1] == 0 else torch.eye(shape[-1]).expand(*shape).clone()
+    calls: list[Callable[[torch.Tensor], torch.Tensor]] = [
+        torch.linalg.cholesky,
+        torch.linalg.inv,
+        torch.linalg.det,
+        lambda m: torch.linalg.slogdet(m).logabsdet,
+        lambda m: torch.linalg.lu_factor(m).LU,
+        lambda m: torch.linalg.solve(m, m),
+        lambda m: torch.linalg.solve_triangular(m, m, upper=True),
+    ]
+    for call in calls:
+        want = call(a)
+        got = call(a.to(dev)).cpu()
+        assert got.shape == want.shape and torch.equal(got, want)

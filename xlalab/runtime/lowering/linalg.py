@@ -306,6 +306,8 @@ def _potf2(a: Array) -> tuple[Array, Array]:
 def _cholesky_ex(a: Array, upper: bool = False, check_errors: bool = False) -> tuple[Array, Array]:
     # upper: A = U^H U from A's upper triangle, which is the lower one of A^T (real dtypes).
     x = jnp.swapaxes(a, -1, -2) if upper else a
+    if a.shape[-1] == 0:  # 0x0 matrices: nothing to factor, nothing that can fail
+        return a, jnp.zeros(a.shape[:-2], jnp.int32)
     fast = jnp.tril(lax.linalg.cholesky(x, symmetrize_input=False))
     # XLA's Cholesky turns a failed matrix into NaNs: redo the batch the way LAPACK does, to
     # return its info and partial factor (only when something failed; a program has no branches
