@@ -20,7 +20,7 @@ def _foreach_overloads() -> list[Any]:
     return [getattr(p, ov) for p in packets for ov in p.overloads() if "out" not in ov]
 
 
-def _foreach_args(op: Any, device: Any) -> tuple[list[Any], dict[str, Any]] | None:
+def _foreach_args(op: Any) -> tuple[list[Any], dict[str, Any]] | None:
     """Arguments for ``op`` from its schema: two tensors per list, positive values (every
     foreach op is defined there), numbers and per-tensor numbers; keyword-only ones by name,
     as torch.optim passes ``alpha=``."""
@@ -38,7 +38,7 @@ def _foreach_args(op: Any, device: Any) -> tuple[list[Any], dict[str, Any]] | No
         elif t == "Tensor" and a.name == "scalars":
             v = torch.tensor([0.5, 2.0])  # per-tensor numbers: a CPU tensor, as torch.optim passes
         elif t == "Tensor":
-            v = torch.tensor(0.25).to(device)
+            v = torch.tensor(0.25)
         elif t == "bool":
             v = False
         elif t.startswith("Optional["):
@@ -54,7 +54,7 @@ def _foreach_args(op: Any, device: Any) -> tuple[list[Any], dict[str, Any]] | No
 
 @pytest.mark.parametrize("op", _foreach_overloads(), ids=str)
 def test_foreach_ops_equal_eager(op: Any, dev: torch.device) -> None:
-    made = _foreach_args(op, "cpu")
+    made = _foreach_args(op)
     assert made is not None, f"{op} takes an argument kind this sweep does not make"
     eager_args, eager_kwargs = made
     name = op._schema.name

@@ -49,7 +49,7 @@ from xlalab.runtime import (
     tensor,
 )
 from xlalab.runtime.frames import user_frames
-from xlalab.runtime.rng import rng_operands, seed_of
+from xlalab.runtime.rng import MASK32, rng_operands, seed_of
 from xlalab.runtime.tensor import XlaTensor
 
 from . import report
@@ -360,9 +360,6 @@ def _per_tensor(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[s
     return None if base.endswith("_") else outs
 
 
-_OFFSET_MASK = 0xFFFFFFFF  # the device RNG's offsets wrap at 32 bits
-
-
 class NotOneProgram(RuntimeError):
     """Tracing the graph needed a value in the middle (a CPU fallback or a read)."""
 
@@ -418,7 +415,7 @@ def trace(gm: fx.GraphModule, args: Sequence[Any], dev: int, name: str) -> Varia
             config.set(_EAGER_SETTING, False)  # traced, not run op by op
         with torch.no_grad():
             outs = _Run(gm, cuts).run(*placeholders)
-        draws = (seed_of(dev)[1] - rng_start) & _OFFSET_MASK
+        draws = (seed_of(dev)[1] - rng_start) & MASK32
     finally:
         unsubscribe()
         if eager:
@@ -511,7 +508,7 @@ def _compile(
                     seed_slot, offset_slot = item[1]
                     offset_pos = scalar_pos[id(n.src[offset_slot.i])]
                     # The program's order of ops is not the trace's: the offset it drew says.
-                    k = (int(scalars[offset_pos]) - rng_start) & _OFFSET_MASK
+                    k = (int(scalars[offset_pos]) - rng_start) & MASK32
                     rng.append((scalar_pos[id(n.src[seed_slot.i])], offset_pos, k))
     jdev = backend.jax_device(dev)
     scalar_array = jax.device_put(np.asarray(scalars, np.float64), jdev)

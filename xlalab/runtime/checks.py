@@ -131,14 +131,19 @@ def assert_async(node_of: Any, cond: torch.Tensor, message: str | None) -> None:
     if cond.numel() != 1:  # eager checks the shape before any value, as here
         amount = "no values" if cond.numel() == 0 else "more than one value"
         raise RuntimeError(f"Boolean value of Tensor with {amount} is ambiguous")
-    src = node_of(cond)
     text = message or "Expected Tensor with single nonzero value, but got zero"
+    defer(node_of(cond), RuntimeError, text, "torch._assert_async")
+
+
+def defer(cond: ir.Node, error: type[Exception], message: str, made_by: str) -> None:
+    """A deferred check that ``cond`` (one element) is nonzero: ``error(message)``, naming what
+    made it and the user's line, at the sync after it fails."""
     add(
         Check(
-            ir.Node(ASSERT, (src,), None, (), torch.bool, src.device),
-            RuntimeError,
-            f"{text} (torch._assert_async at {where()}: checked on the device and reported at this "
-            "sync, as a device-side assert is)",
+            ir.Node(ASSERT, (cond,), None, (), torch.bool, cond.device),
+            error,
+            f"{message} ({made_by} at {where()}: checked on the device and reported at this sync, "
+            "as a device-side assert is)",
             deferred=True,
         )
     )
@@ -149,9 +154,6 @@ def lower_assert(vals: list[Any], arg: Any, shape: Any, dtype: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- linalg error codes
-
-LINALG_CHECKED = "checked on the device and reported at this sync, as a device-side assert is"
-
 
 def _linalg_failure(api_name: str) -> tuple[type[Exception], str]:
     """Eager's error for a nonzero LAPACK ``info`` of ``api_name`` (its wording, less the
@@ -190,16 +192,8 @@ def linalg_errors(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
         tensor.fallback(func, args, kwargs)
         return
     ok: Any = torch.all(info == 0)  # an xla tensor: recorded, not read
-    src = tensor.value(ok)
     error, text = _linalg_failure(api_name)
-    add(
-        Check(
-            ir.Node(ASSERT, (src,), None, (), torch.bool, src.device),
-            error,
-            f"{api_name}: {text} ({api_name} at {where()}: {LINALG_CHECKED})",
-            deferred=True,
-        )
-    )
+    defer(tensor.value(ok), error, f"{api_name}: {text}", api_name)
 
 
 def linalg_ex_checked(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -13,16 +13,19 @@ from . import backend, ir
 STATE: dict[int, list[int]] = {}  # device -> [seed, offset]
 
 
+MASK32 = 0xFFFFFFFF  # seeds and offsets are 32-bit: offsets wrap around
+
+
 def seed_of(device: int) -> list[int]:
     state = STATE.get(device)
     if state is None:
-        state = STATE[device] = [torch.initial_seed() & 0xFFFFFFFF, 0]
+        state = STATE[device] = [torch.initial_seed() & MASK32, 0]
     return state
 
 
 def manual_seed_all(seed: int) -> None:
     for d in range(backend.device_count()):
-        STATE[d] = [int(seed) & 0xFFFFFFFF, 0]
+        STATE[d] = [int(seed) & MASK32, 0]
 
 
 def rng_operands(device: int) -> tuple[ir.Node, ir.Node]:
@@ -32,5 +35,5 @@ def rng_operands(device: int) -> tuple[ir.Node, ir.Node]:
     """
     state = seed_of(device)
     offset = state[1]
-    state[1] = (offset + 1) & 0xFFFFFFFF
+    state[1] = (offset + 1) & MASK32
     return ir.scalar(state[0], device, torch.int64), ir.scalar(offset, device, torch.int64)

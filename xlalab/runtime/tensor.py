@@ -621,9 +621,10 @@ def wrap_result(node: Node) -> Any:
     return tuple(None if o is None else wrap(ir.item(node, i)) for i, o in enumerate(node.outs))
 
 
-def _view_node(func: OpOverload, base: Node, tpl: Any) -> Node:
+def _view_node(func: OpOverload, base: Node, tpl: Any, layout: Layout | None = None) -> Node:
     node = record(func, (base, *tpl), {})
     if node is None:
+        func(_laid_out(base, layout), *tpl)  # torch's own error for the view, at the user's line
         raise RuntimeError(f"xlalab: the view op {func} has no shape rule for {base}")
     return node
 
@@ -680,12 +681,18 @@ def _tname(d: Any) -> str:
     )
 
 
-def _set_result(out: XlaTensor, node: Node) -> None:
+def become(t: XlaTensor, other: XlaTensor) -> None:
+    """``t`` (the same Python object) takes ``other``'s shape, storage, view chain and layout:
+    an out= tensor resized, ``set_``."""
+    torch._C.TensorBase.data.__set__(t, other)  # type: ignore[attr-defined]
+    t._st, t._chain, t._vcache, t._layout = other._st, other._chain, other._vcache, other._layout
+
+
+def set_result(out: XlaTensor, node: Node) -> None:
     """Write an op's result into its out= tensor: in place, or resized to the result's shape
     as eager resizes it."""
     if tuple(out.shape) != tuple(node.shape):  # type: ignore[arg-type]
-        torch._C.TensorBase.data.__set__(out, wrap(node))  # type: ignore[attr-defined]
-        out._st, out._chain, out._vcache, out._layout = Storage(node, node.device), (), None, None
+        become(out, wrap(node))
     else:
         assign(out, node)
 
@@ -707,7 +714,7 @@ def _out_variant(functional: OpOverload) -> Handler:
         node = record(functional, args, kw)
         if node is None or node.outs is not None or not isinstance(out, XlaTensor):
             return fallback(func, args, kwargs)
-        _set_result(out, node)
+        set_result(out, node)
         return out
 
     return handler
@@ -730,10 +737,7 @@ def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
         parent, layout = value(base), base._layout
     if func is aten.view.dtype and layout is not None:
         func(_laid_out(parent, layout), *tpl)  # a dtype view checks strides and offset: eager's error
-    node = record(func, (parent, *tpl), {})
-    if node is None:
-        func(_laid_out(parent, layout), *tpl)  # torch's own error for the view, at the user's line
-        raise RuntimeError(f"xlalab: the view op {func} has no shape rule for {parent}")
+    node = _view_node(func, parent, tpl, layout)  # counted as xla::<op> where it is recorded
     t = wrap(node, base._st, (*chain, (func, tpl)), _view_layout(func, parent, layout, tpl))
     t._vcache = (base._st.node, node)
     return t
@@ -838,8 +842,8 @@ def _set_source(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any])
             "storage of another xla tensor: move the source first (source.to(self.device))"
         )
     alias = wrap(value(src), src._st, src._chain, src._layout)
-    torch._C.TensorBase.data.__set__(self, alias)  # type: ignore[attr-defined]
-    self._st, self._chain, self._vcache, self._layout = src._st, src._chain, src._vcache, src._layout
+    alias._vcache = src._vcache
+    become(self, alias)
     return self
 
 
@@ -1096,7 +1100,7 @@ def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
             ha = hargs[i] if i < len(args) and not sa.kwarg_only else hkwargs.get(sa.name)
             for x, hx in zip(_as_list(a), _as_list(ha)):
                 if isinstance(x, XlaTensor):
-                    _set_result(x, to_device_node(hx, x._st.device))
+                    set_result(x, to_device_node(hx, x._st.device))
 
     def back(o: Any) -> Any:
         if isinstance(o, torch.Tensor) and o.is_nested:
@@ -1295,7 +1299,7 @@ def _randperm_out(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
         return fallback(func, args, kwargs)
     keys = torch.empty(int(a["n"]), dtype=torch.float64, device=out.device).uniform_()
     order: Any = torch.argsort(keys, stable=True).to(out.dtype)
-    _set_result(out, value(order))
+    set_result(out, value(order))
     return out
 
 

@@ -148,11 +148,7 @@ def _arange_out(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any])
     start, end, step = (0, args[0], 1) if func is aten.arange.out else (*args, 1)[:3]
     value = torch.arange(start, end, step, dtype=out.dtype, device=out.device)
     assert isinstance(value, rt.XlaTensor)
-    if tuple(out.shape) == tuple(value.shape):
-        out.copy_(value)
-    else:  # out= tensors are resized to the result, as in eager
-        torch._C.TensorBase.data.__set__(out, value)  # type: ignore[attr-defined]
-        out._st, out._chain, out._vcache, out._layout = value._st, value._chain, value._vcache, value._layout
+    rt.set_result(out, rt.value(value))  # in place, or resized as eager resizes out= tensors
     return out
 
 

@@ -165,14 +165,12 @@ def reinterpret(x: Any, target: np.dtype) -> Any:
     if x.dtype == np.bool_:
         x = x.astype(np.uint8)
     elif np.issubdtype(x.dtype, np.complexfloating):
-        pairs = jnp.stack([jnp.real(x), jnp.imag(x)], axis=-1)
-        x = pairs.reshape(*x.shape[:-1], 2 * x.shape[-1])
+        x = _view_as_real(x).reshape(*x.shape[:-1], 2 * x.shape[-1])
     if target == np.bool_:
         return reinterpret(x, np.dtype(np.uint8)) != 0
     if np.issubdtype(target, np.complexfloating):
         parts = reinterpret(x, np.dtype(f"float{target.itemsize * 4}"))
-        pairs = parts.reshape(*parts.shape[:-1], parts.shape[-1] // 2, 2)
-        return lax.complex(pairs[..., 0], pairs[..., 1])
+        return _view_as_complex(parts.reshape(*parts.shape[:-1], parts.shape[-1] // 2, 2))
     ratio = max(x.dtype.itemsize, target.itemsize) // min(x.dtype.itemsize, target.itemsize)
     if target.itemsize > x.dtype.itemsize:
         # bitcast_convert_type consumes a trailing axis of the size ratio...
