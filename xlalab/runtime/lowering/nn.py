@@ -734,14 +734,17 @@ def _elu_backward(
 
 @lowering(aten.softplus.default)
 def _softplus(x: Array, beta: Scalar = 1, threshold: Scalar = 20) -> Array:
-    # Above the threshold softplus is linear; torch returns x itself there.
-    return jnp.where(x * beta > threshold, x, jnp.log1p(safe_exp(x * beta)) / beta)
+    # Above the threshold softplus is linear; torch returns x itself there. In float opmath for
+    # half precision, as torch's kernel: exp(x) of a half overflows from x = 11.1.
+    xf = compute_float(x)
+    return jnp.where(xf * beta > threshold, xf, jnp.log1p(safe_exp(xf * beta)) / beta).astype(x.dtype)
 
 
 @lowering(aten.softplus_backward.default)
 def _softplus_backward(grad_output: Array, x: Array, beta: Scalar, threshold: Scalar) -> Array:
-    z = safe_exp(x * beta)
-    return jnp.where(x * beta > threshold, grad_output, grad_output * z / (z + 1))
+    xf, g = compute_float(x), compute_float(grad_output)
+    z = safe_exp(xf * beta)
+    return jnp.where(xf * beta > threshold, g, g * z / (z + 1)).astype(grad_output.dtype)
 
 
 @lowering(aten.hardsigmoid.default)
