@@ -48,7 +48,7 @@ import jax
 import numpy as np
 import torch
 
-from xlalab.runtime import config, ir, sharding
+from xlalab.runtime import config, control_flow, ir, sharding
 from xlalab.runtime import graph as _graph
 from xlalab.runtime.dtypes import short_name, to_jnp
 from xlalab.runtime.frames import Frame
@@ -209,6 +209,8 @@ class _Table:
         attrs: list[str] = []
         if n.outs is not None:
             attrs.append(f"num_outputs={len(n.outs)}")
+        if isinstance(n.arg, control_flow.Bodies):
+            attrs.append(n.arg.summary())  # what runs inside the conditional or loop
         if n.op is ir.SCALAR:
             # Not its value: the same graph must print the same text at every step (a changing
             # learning rate or RNG offset does not recompile), so dumps of two syncs diff cleanly.

@@ -12,6 +12,7 @@ from typing import Any
 
 from torch import fx
 
+from ..runtime import control_flow
 from . import integration, report
 from .executable import CompiledGraph
 
@@ -103,6 +104,7 @@ def backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Cal
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     integration.install()
+    control_flow.eager_rules()  # higher-order operators made since the runtime started
     label = report.note_dynamo_graph(gm)
     _tensor_indices(gm)
     # An inference graph (the optimizer's step) keeps its in-place updates of inputs in the

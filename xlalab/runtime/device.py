@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from . import backend, backward_errors, ir, metrics, rng
+from . import backend, backward_errors, control_flow, ir, metrics, rng
 from .graph import wait_device_ops
 from .tensor import EMPTY, XlaTensor, fallback, record, torch_device, wrap
 
@@ -219,6 +219,7 @@ def install() -> None:
     # xla:1 would trip an internal assert). The setting is thread-local: replica threads set it too.
     torch._C._set_multithreading_enabled(False)
     backward_errors.install()
+    control_flow.install()
     _patch_tensor_constructors()
     _traced_as_tensors()
 

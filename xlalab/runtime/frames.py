@@ -59,6 +59,7 @@ def is_library(filename: str) -> bool:
             filename.startswith(_LIB_DIRS)
             or filename.endswith(_STDLIB_SKIP)
             or filename.startswith("<frozen")
+            or filename.startswith("<eval_with_key>")  # code torch.fx generated for a graph
             or any(d in filename for d in _RUNNER_DIRS)
         )
     return known

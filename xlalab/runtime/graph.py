@@ -205,13 +205,21 @@ def _with_donated_argument(
 CACHE = compile_cache.ProgramCache()  # exact graph key -> Program
 
 
-def _instructions(graph: Graph) -> tuple[list[Any], list[int], int, int]:
-    """Static per-node instructions; they keep no Node (so no device array) alive."""
+def _instructions(
+    graph: Graph, inputs: dict[Node, int] | None = None
+) -> tuple[list[Any], list[int], int, int]:
+    """Static per-node instructions; they keep no Node (so no device array) alive.
+
+    ``inputs`` (a control-flow body, ``control_flow``) names the nodes that are the body's
+    inputs, whatever they are, with their positions among its data arguments.
+    """
     pos = {id(n): i for i, n in enumerate(graph.nodes)}
     instrs: list[Any] = []
     n_data = n_scalar = 0
     for n in graph.nodes:
-        if n.op is ir.DATA:
+        if inputs is not None and n in inputs:
+            instrs.append(("data", inputs[n]))
+        elif n.op is ir.DATA:
             instrs.append(("data", n_data))
             n_data += 1
         elif n.op is ir.SCALAR:
@@ -357,7 +365,10 @@ def lower_node(instr: tuple[Any, ...], vals: list[Any]) -> Any:
     if rng is not None:
         seed, offset = rng
         key = jax.random.PRNGKey(seed.astype(jnp.uint32))
-        kwargs["key"] = jax.random.fold_in(key, offset.astype(jnp.uint32))
+        key = jax.random.fold_in(key, offset.astype(jnp.uint32))
+        for iteration in LOOP_ITERATIONS:  # a random op in a loop body draws anew each time round
+            key = jax.random.fold_in(key, iteration.astype(jnp.uint32))
+        kwargs["key"] = key
     try:
         res = fn(*args, **kwargs)
     except Exception as e:
@@ -379,6 +390,8 @@ SPECIAL_LOWERINGS: dict[Any, Callable[[list[Any], Any, Any, Any], Any]] = {}
 SPECIAL_LOWERINGS[index_checks.CHECK] = index_checks.lower
 SPECIAL_LOWERINGS[checks.ASSERT] = checks.lower_assert
 SPECIAL_LOWERINGS[sharding.CONSTRAINT] = sharding.lower_constraint
+# The iteration counters of the loop bodies being traced, outermost first (``control_flow``).
+LOOP_ITERATIONS: list[Any] = []
 # Collective ops (registered by xlalab.runtime.replicated): op -> how many replicas a node spans.
 COLLECTIVES: dict[Any, Callable[[Node], int]] = {}
 
@@ -406,8 +419,17 @@ def _refuse_collectives(graph: Graph) -> None:
         )
 
 
-def build_function(graph: Graph) -> Callable[[list[Any], Any], list[Any]]:
-    instrs, roots, _, _ = _instructions(graph)
+def build_function(
+    graph: Graph, inputs: dict[Node, int] | None = None
+) -> Callable[[list[Any], Any], list[Any]]:
+    """The graph as a function of its data leaves' and scalar inputs' values (or of the values
+    of ``inputs``, see ``_instructions``), for JAX to trace."""
+    instrs, roots, _, _ = _instructions(graph, inputs)
+    return function_of(instrs, roots)
+
+
+def function_of(instrs: list[Any], roots: list[int]) -> Callable[[list[Any], Any], list[Any]]:
+    """The function that evaluates ``instrs`` (``_instructions``) and returns the roots' values."""
 
     def run(datas: list[Any], scalars: Any) -> list[Any]:
         env: list[Any] = []

@@ -36,4 +36,12 @@ def rng_operands(device: int) -> tuple[ir.Node, ir.Node]:
     state = seed_of(device)
     offset = state[1]
     state[1] = (offset + 1) & MASK32
-    return ir.scalar(state[0], device, torch.int64), ir.scalar(offset, device, torch.int64)
+    leaf = ir.scalar(offset, device, torch.int64)
+    for drawn in BODY_DRAWS:
+        drawn.add(leaf)
+    return ir.scalar(state[0], device, torch.int64), leaf
+
+
+# The offset leaves handed out while control-flow bodies are traced, one set per body being
+# traced (``control_flow``): the random ops that use them were made in the body, and draw there.
+BODY_DRAWS: list[set[ir.Node]] = []

@@ -23,7 +23,7 @@ from torch._ops import OpOverload
 
 from . import backend, backward_errors, checks, config, events, index_checks, ir, metrics, replica_state, rng
 from .frames import ir_frames, user_frames
-from .graph import materialize, sync
+from .graph import LoweringError, materialize, sync
 from .ir import Node, slot
 from .lowering.registry import LOWERINGS, STATIC_ARGS
 
@@ -74,7 +74,7 @@ class XlaTensor(torch.Tensor):
             out = failed[0] if len(failed) == 1 else tuple(failed)
         # LazyTracing: buffered per op, folded into the metric at the next sync.
         _TRACING.append(time.perf_counter_ns() - t0)
-        if _EAGER[0]:
+        if _EAGER[0] and not TRACING_BODY[0]:  # a body's ops run with the op that holds it
             _run_now()
         return out
 
@@ -1068,6 +1068,23 @@ def _multinomial_checks(args: tuple[Any, ...]) -> tuple[int, ...]:
 _MULTINOMIAL_SHAPES: dict[Any, tuple[int, ...]] = {}
 
 
+# How many control-flow bodies (``control_flow``) are being traced: their operands have no value.
+TRACING_BODY = [0]
+
+
+def _cannot_fall_back_in_body(
+    func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], name: str, error: Exception
+) -> None:
+    """An op with no lowering, on a value of a torch.cond branch or a loop body being traced:
+    eager's own error if eager refuses these arguments, else why the op cannot run there."""
+    func(*[_cpu_zeros(a, False) for a in args], **{k: _cpu_zeros(v, False) for k, v in kwargs.items()})
+    raise RuntimeError(
+        f"{name} has no XLA lowering for these arguments, so it would run on the CPU; inside a "
+        "torch.cond branch or a while_loop/scan/map body it cannot: the body runs on the device "
+        "and its values exist only there. Compute it outside the body and pass it in as an operand."
+    ) from error
+
+
 def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Run an op without a lowering in eager PyTorch on the CPU, and count it."""
     name = "aten::" + func._schema.name.split("::")[-1]
@@ -1076,7 +1093,12 @@ def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     xla_args = [a for a in _flat(args, kwargs) if isinstance(a, XlaTensor)]
     device = xla_args[0]._st.device if xla_args else 0
     # The sync that brings the inputs over names the op: debuggers explain it before it runs.
-    host = dict(zip(map(id, xla_args), to_cpu_many(xla_args, f"fallback:{name}")))
+    try:
+        host = dict(zip(map(id, xla_args), to_cpu_many(xla_args, f"fallback:{name}")))
+    except LoweringError as e:
+        if not TRACING_BODY[0]:
+            raise
+        _cannot_fall_back_in_body(func, args, kwargs, name, e)
     written = _written_args(func, args, kwargs)
     for i in written:  # the op may resize an out= tensor: a host copy of its own it can resize
         host[i] = host[i].clone()
@@ -1435,6 +1457,23 @@ def _call_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return (tuple([key(a) for a in args]), tuple([(k, key(v)) for k, v in kwargs.items()]))
 
 
+def _copy_of_view(func: OpOverload) -> Handler | None:
+    """``select_copy``, ``detach_copy``, ...: the view op's result as a new tensor. Functionalized
+    graphs (AOTAutograd's, a scan's backward) use these in place of views."""
+    base_packet = getattr(aten, func._schema.name.split("::")[-1].removesuffix("_copy"), None)
+    base = getattr(base_packet, func._overloadname, None) if base_packet is not None else None
+    if base is None:
+        return None
+
+    def handler(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        out = base(*args, **kwargs)
+        if isinstance(out, torch.Tensor):
+            return out.clone(memory_format=torch.contiguous_format)
+        return [t.clone(memory_format=torch.contiguous_format) for t in out]
+
+    return handler
+
+
 def _resolve(func: OpOverload) -> Handler:
     """Pick, once per overload, how its calls are handled."""
     schema = func._schema
@@ -1455,6 +1494,8 @@ def _resolve(func: OpOverload) -> Handler:
             handler = _out_variant(functional) if is_out else _inplace(functional)
     if handler is None:
         handler = _decomposition(func)
+    if handler is None and name.endswith("_copy") and not schema.is_mutable:
+        handler = _copy_of_view(func)
     if handler is None:
         handler = fallback
     if func in FALLBACK_IF:
