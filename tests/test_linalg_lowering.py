@@ -34,6 +34,7 @@ LOWERED = {
     "aten::_linalg_slogdet",
     "aten::lu_unpack",
     "aten::linalg_lu",
+    "aten::linalg_qr",
 }
 SHAPES = [(4, 4), (2, 3, 5, 5)]
 
@@ -70,6 +71,8 @@ def _calls(a: torch.Tensor, b: torch.Tensor, v: torch.Tensor) -> dict[str, Any]:
     out["slogdet"] = aten._linalg_slogdet(a)
     out["lu_unpack"] = torch.lu_unpack(lu, pivots)
     out["linalg_lu"] = torch.linalg.lu(a)
+    for mode in ("reduced", "complete", "r"):  # Householder QR: Q's and R's signs are LAPACK's
+        out[f"qr {mode}"] = torch.linalg.qr(b, mode=mode)
     return out
 
 
@@ -159,6 +162,8 @@ GRADIENTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "det of a transposed view": lambda a, b: torch.linalg.det(a.mT)[..., None, None] * b,
     "slogdet of a transposed view": lambda a, b: torch.linalg.slogdet(a.mT).logabsdet[..., None, None] * b,
     "det of a slice": lambda a, b: torch.linalg.det(a[:, :3, 1:])[..., None, None] * b,
+    "qr": lambda a, b: torch.stack(torch.linalg.qr(a)) @ b,
+    "qr of a wide matrix": lambda a, b: torch.linalg.qr(b.mT @ a).R,
 }
 
 
@@ -178,7 +183,8 @@ def _whiten(x: torch.Tensor, cov: torch.Tensor) -> torch.Tensor:
     """x's coordinates in cov's Cholesky frame, and the inverse covariance applied to them."""
     chol = torch.linalg.cholesky(cov)
     z = torch.linalg.solve_triangular(chol, x, upper=False)
-    return torch.linalg.inv(cov) @ z + torch.linalg.solve(cov, x)
+    q, r = torch.linalg.qr(x)
+    return torch.linalg.inv(cov) @ z + torch.linalg.solve(cov, x) + q @ r
 
 
 def test_a_compiled_function_using_them_runs_as_one_program(dev: torch.device) -> None:
@@ -254,3 +260,12 @@ def test_empty_matrices_and_batches(shape: tuple[int, ...], dev: torch.device) -
         want = call(a)
         got = call(a.to(dev)).cpu()
         assert got.shape == want.shape and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 7), (10, 6), (2, 16, 9), (1, 5), (40, 33)], ids=str)
+def test_qr_equals_lapacks_signs_included_on_any_shape(shape: tuple[int, ...], dev: torch.device) -> None:
+    for seed in range(3):
+        a = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+        for mode in ("reduced", "complete", "r"):
+            _assert_same(torch.linalg.qr(a.to(dev), mode=mode), torch.linalg.qr(a, mode=mode), mode, 1e-4)
+    assert "aten::linalg_qr" not in met.executed_fallback_ops()

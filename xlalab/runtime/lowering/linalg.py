@@ -315,3 +315,17 @@ def _cholesky_ex(a: Array, upper: bool = False, check_errors: bool = False) -> t
     failed = jnp.any(~jnp.isfinite(fast))
     factor, info = lax.cond(failed, _potf2, lambda y: (fast, jnp.zeros(y.shape[:-2], jnp.int32)), x)
     return (jnp.swapaxes(factor, -1, -2) if upper else factor), info
+
+
+# Householder QR: JAX's LAPACK kernels and the LAPACK torch links choose the same signs, so Q
+# and R equal eager's (checked on a sweep of shapes and dtypes). Not so for the singular and
+# eigen vectors of ``svd`` and ``eigh``, which differ in sign from eager's on many inputs
+# (valid vectors all the same): those run on the CPU fallback.
+
+
+@lowering(aten.linalg_qr.default)
+def _qr(a: Array, mode: str = "reduced") -> tuple[Array, Array]:
+    if mode == "r":
+        return jnp.zeros((0,), a.dtype), jnp.linalg.qr(a, mode="r")
+    q, r = jnp.linalg.qr(a, mode="complete" if mode == "complete" else "reduced")
+    return q, r
