@@ -163,6 +163,28 @@ def test_division_computes_in_the_dtype_its_rounding_mode_picks(mode: str | None
     differential(both_ways)
 
 
+# --------------------------------------------------------------------------- integer overflow
+
+_SQUARES: dict[str, Callable[[Any], Any]] = {
+    "abs(square)": lambda t: torch.abs(torch.square(t)),
+    "abs(t * t)": lambda t: torch.abs(t * t),
+    "abs(t ** 2)": lambda t: torch.abs(t**2),
+    "abs(t ** 4)": lambda t: torch.abs(t**4),
+    "t * t < 0": lambda t: (t * t) < 0,
+    "clamp_min(t * t, 0)": lambda t: torch.clamp_min(t * t, 0),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64])
+@pytest.mark.parametrize("form", sorted(_SQUARES))
+def test_an_integer_square_that_wraps_stays_negative(form: str, dtype: torch.dtype) -> None:
+    # XLA's simplifier takes x * x to be non-negative and drops abs() of it; an integer square
+    # that overflows wraps, in eager as in XLA (113**2 is -31 in int8).
+    big = {torch.int8: 113, torch.int16: 30000, torch.int32: 2**31 - 7, torch.int64: 2**62 + 3}[dtype]
+    values = torch.tensor([0, big, -12, 7, -big], dtype=dtype)
+    differential(lambda d: _SQUARES[form](values.to(d) if d != "cpu" else values))
+
+
 # --------------------------------------------------------------------------- aliasing
 
 

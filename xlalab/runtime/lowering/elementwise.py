@@ -109,9 +109,19 @@ def _rsub(x: Array, other: Array | Scalar, alpha: Scalar = 1) -> Array:
     return other - scaled(x, alpha)
 
 
+def _wrapping_square_operand(x: Any) -> Any:
+    """``x`` as the second factor of ``x * x``. XLA's simplifier takes a product of a value with
+    itself to be non-negative and drops an ``abs`` (or a ``< 0`` test) of it; an integer square
+    that overflows wraps to a negative value in eager and in XLA alike, so for integers the
+    second factor goes through an optimization barrier and the simplifier sees two values."""
+    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.integer):
+        return lax.optimization_barrier(x)
+    return x
+
+
 @lowering(aten.mul.Tensor, aten.mul.Scalar)
 def _mul(x: Array, other: Array | Scalar) -> Array:
-    return x * other
+    return x * (_wrapping_square_operand(other) if other is x else other)
 
 
 @lowering(aten.div.Tensor, aten.div.Scalar)
@@ -183,6 +193,11 @@ def _pow(x: Array | Scalar, exponent: Array | Scalar) -> Array:
     if isinstance(x, jax.Array) and x.dtype == jnp.bool_:
         x = x.astype(jnp.int64)  # torch computes bool powers in the promoted (integer) type
     if type(exponent) is int and exponent >= 0 and not isinstance(x, _PY_NUMBER):
+        if jnp.issubdtype(x.dtype, jnp.integer) and exponent > 1:  # wrapping squares: see above
+            factor, out = _wrapping_square_operand(x), x
+            for _ in range(exponent - 1):
+                out = out * factor
+            return out
         # Small integer powers become multiplies, like torch's x*x fast path for pow(x, 2).
         return lax.integer_pow(x, exponent)
     if is_integral(x, exponent):
@@ -520,7 +535,7 @@ def _frac(x: Array) -> Array:
 
 @lowering(aten.square.default)
 def _square(x: Array) -> Array:
-    return x * x
+    return x * _wrapping_square_operand(x)
 
 
 @lowering(aten.round.default)
