@@ -585,6 +585,36 @@ def draw_index_put(draw: Draw, env: list[Value]) -> Picked | None:
     return (a,), {"index": index_tensor(draw, env[a].shape[0], (n,)), "s": scalar_for(draw, env[a])}
 
 
+# Control flow: the branches and loop bodies are drawn from these exact maps of one operand
+# ``t`` to a tensor of its shape and dtype (a branch may not return its operand itself).
+BODIES = ("t + 1", "t * 2", "-t", "t.abs()", "t * t", "t - t.flip(0)", "torch.zeros_like(t)")
+
+
+def _control_flow_operand(v: Value) -> bool:
+    numeric = v.dtype not in ("bool", "uint8")
+    return numeric and v.exact and not v.special and v.ndim >= 1 and v.shape[0] > 0
+
+
+def draw_cond(draw: Draw, env: list[Value]) -> Picked | None:
+    a = pick(draw, env, _control_flow_operand)
+    if a is None:
+        return None
+    return (a,), {"yes": draw(st.sampled_from(BODIES)), "no": draw(st.sampled_from(BODIES))}
+
+
+def draw_while(draw: Draw, env: list[Value]) -> Picked | None:
+    # torch's while_loop has no gradient
+    a = pick(draw, env, lambda v: _control_flow_operand(v) and not v.requires_grad)
+    if a is None:
+        return None
+    return (a,), {"body": draw(st.sampled_from(BODIES)), "n": draw(st.integers(0, 3))}
+
+
+def draw_scan(draw: Draw, env: list[Value]) -> Picked | None:
+    a = pick(draw, env, _control_flow_operand)
+    return None if a is None else ((a,), {"body": draw(st.sampled_from(BODIES))})
+
+
 def not_bool(v: Value) -> bool:
     return v.dtype != "bool"
 
@@ -787,6 +817,13 @@ MENU: tuple[Op, ...] = (
     Op("masked_fill_", "{a}.masked_fill_({b}, {s})", draw_masked_fill, exact=True, inplace=True),
     Op("setitem", "{a}[{i}] = {s}\n{out} = {a}", draw_setitem, exact=True, inplace=True),
     Op("index_put_", "{a}[{index}] = {s}\n{out} = {a}", draw_index_put, exact=True, inplace=True),
+    # control flow: a data-dependent branch, a counted loop, a scan over dim 0
+    Op("cond", "torch.cond(({a} > 0).any(), lambda t: {yes}, lambda t: {no}, ({a},))", draw_cond,
+       exact=True, discrete=True),
+    Op("while_loop", "torch._higher_order_ops.while_loop(lambda i, t: i < {n}, lambda i, t: (i + 1, {body}), "
+       "(torch.tensor(0, device=dev), {a}))[1]", draw_while, exact=True),
+    Op("scan", "torch._higher_order_ops.scan(lambda c, t: (c + t, {body}), {a}[0] * 0, {a})", draw_scan,
+       exact=True, n_out=2),
 )
 
 BY_NAME: dict[str, Op] = {op.name: op for op in MENU}
@@ -816,7 +853,8 @@ def render(op: Op, args: tuple[int, ...], params: dict[str, Any], outs: list[str
     for key, value in params.items():
         if key in ("swap", "self_t"):
             continue
-        fields[key] = fmt(value)
+        # a branch or loop body is source, not a value
+        fields[key] = value if key in ("yes", "no", "body") else fmt(value)
     if op.name == "slice":  # x[:, :, start:stop:step] slices dim "axis"
         fields["axis"] = ":, " * params["axis"]
         if params["stop"] is None:
