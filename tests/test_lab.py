@@ -152,6 +152,17 @@ def test_an_item_inside_a_step_cuts_it_and_says_where(shell: Shell) -> None:
     assert "cut the step" not in shell.ok("loss = step(4)\nloss.item()")
 
 
+def test_a_python_branch_on_a_tensor_cuts_the_step_and_points_to_torch_cond(shell: Shell) -> None:
+    shell.ok(setup(17))
+    out = shell.ok(
+        "for _ in range(3):\n    loss = step(4)\n    y = model(torch.ones(2, 8, device=dev)).sum()\n"
+        "    if y > 0:\n        y = y * 2"
+    )
+    assert "a Python branch on a tensor's value cut the step (3 times)" in out
+    assert "line 4 in <module>: if y > 0:" in out
+    assert "torch.cond(pred, true_fn, false_fn, operands)" in out
+
+
 def test_xla_graph_shows_the_pending_ir_and_runs_nothing(shell: Shell) -> None:
     shell.ok("import torch, xlalab.core.xla_model as xm\ndev = xm.xla_device()")
     shell.ok("a = torch.ones(3, 4, device=dev)\nb = (a * 2).relu().sum(0)")

@@ -23,6 +23,7 @@ so looking can never compile or transfer anything.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 import threading
 import time
@@ -62,6 +63,11 @@ RESHARD_MIN_BYTES = 1 << 20
 READ_ADVICE = (
     "read the value after xm.mark_step(), or keep it on the device (accumulate a tensor, read it once)"
 )
+BRANCH_ADVICE = (
+    "to branch on a tensor's value without a sync, torch.cond(pred, true_fn, false_fn, operands) "
+    "keeps both branches in the graph and chooses on the device (torch's while_loop, for a loop)"
+)
+_BRANCHING = re.compile(r"^\s*(if|elif|while)\b|\bif\b.*\belse\b")
 # kind is set first; frames become "where"; graphs and programs stay here
 _NOT_SENT = ("kind", "frames", "graph", "program")
 
@@ -707,8 +713,13 @@ class Watcher:
         if cuts < 2 and self._cell_steps == 0:
             return None
         nodes = len(ev.graph.nodes)
-        if ev.reason == "item" and site is not None and ".item(" not in self.cells.source_line(site):
+        advice = [READ_ADVICE]
+        line = self.cells.source_line(site) if site is not None else ""
+        if ev.reason == "item" and site is not None and ".item(" not in line:
             what = "reading a Python number (float(), int(), bool(), if tensor)"
+            if _BRANCHING.search(line):  # a Python branch on the value: torch.cond is the way
+                what = "a Python branch on a tensor's value"
+                advice.append(BRANCH_ADVICE)
         finding = self._finding(
             ("transfer", ev.reason, site),
             "transfer",
@@ -716,7 +727,7 @@ class Watcher:
             f"{what} of a pending tensor compiled and ran its graph ({nodes} nodes) before the step's end",
             frames,
             hex_hash(ev.graph_hash),
-            [READ_ADVICE],
+            advice,
         )
         finding.count = max(finding.count, cuts)  # the reads before this one count too
         return finding
