@@ -552,7 +552,12 @@ def eager_rules() -> None:
     from torch._C import DispatchKey
     from torch._ops import _higher_order_ops
 
-    for op in list(_higher_order_ops.values()):
+    for name, op in list(_higher_order_ops.items()):
         dense = op.py_kernels.get(DispatchKey.CompositeExplicitAutograd)
-        if dense is not None and XlaTensor not in op.python_key_table:
+        if dense is not None and XlaTensor not in op.python_key_table and name not in _NO_EAGER_RULE:
             op.py_impl(XlaTensor)(dense)
+
+
+# Their dense rules save and restore the CPU's (or CUDA's) generator, which xla's random ops do
+# not draw from: a replay would not reproduce the draw. They keep raising instead.
+_NO_EAGER_RULE = frozenset({"run_and_save_rng_state", "run_with_rng_state", "graphsafe_run_with_rng_state"})
