@@ -348,3 +348,16 @@ def test_the_ir_dump_names_what_runs_in_each_branch(dev: Any) -> None:
     y = torch.cond(x.sum() > 0, lambda a: a.sin(), lambda a: a.cos() * 2, (x,))
     assert "xla::cond(" in (text := get_tensors_text(y))
     assert "true=[aten::sin], false=[aten::cos, aten::mul]" in text
+
+
+def test_eager_debug_mode_runs_the_conditional_as_one_op(dev: Any) -> None:
+    from xlalab.runtime import config
+
+    x = torch.randn(4, 3)
+    config.set("XLA_USE_EAGER_DEBUG_MODE", True)
+    try:
+        y = torch.cond(x.to(dev).sum() > 0, lambda a: a.sin() + 1, lambda a: a.cos(), (x.to(dev),))
+    finally:
+        config.set("XLA_USE_EAGER_DEBUG_MODE", False)
+    want = torch.cond(x.sum() > 0, lambda a: a.sin() + 1, lambda a: a.cos(), (x,))
+    torch.testing.assert_close(y.cpu(), want)

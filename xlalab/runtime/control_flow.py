@@ -124,16 +124,14 @@ class _Traced:
         """``fn`` on the placeholders: its body, its outputs' nodes, the checks it made and the
         structure of what it returned."""
         mark = checks.mark()
-        tensor.TRACING_BODY[0] += 1
         drawn: set[Node] = set()
-        rng.BODY_DRAWS.append(drawn)
+        rng.BODIES.draws.append(drawn)  # also tells the runtime that a body is being traced
         try:
             out = _NamingLines(fn).run(*self.params) if isinstance(fn, fx.GraphModule) else fn(*self.params)
         except LoweringError as e:
             raise RuntimeError(f"{self.what}: {e}") from e
         finally:
-            tensor.TRACING_BODY[0] -= 1
-            rng.BODY_DRAWS.pop()
+            rng.BODIES.draws.pop()
             made = checks.made_since(mark)
         flat, spec = pytree.tree_flatten(out)
         for o in flat:

@@ -6,6 +6,8 @@ offset, so a training step with dropout compiles once and draws new numbers ever
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from . import backend, ir
@@ -37,11 +39,18 @@ def rng_operands(device: int) -> tuple[ir.Node, ir.Node]:
     offset = state[1]
     state[1] = (offset + 1) & MASK32
     leaf = ir.scalar(offset, device, torch.int64)
-    for drawn in BODY_DRAWS:
+    for drawn in BODIES.draws:
         drawn.add(leaf)
     return ir.scalar(state[0], device, torch.int64), leaf
 
 
-# The offset leaves handed out while control-flow bodies are traced, one set per body being
-# traced (``control_flow``): the random ops that use them were made in the body, and draw there.
-BODY_DRAWS: list[set[ir.Node]] = []
+class _Bodies(threading.local):
+    """The control-flow bodies this thread is tracing (``control_flow``), innermost last: per
+    body, the offset leaves handed out meanwhile. The random ops that use them were made in the
+    body, and draw there. Per thread: replica threads record their own programs."""
+
+    def __init__(self) -> None:
+        self.draws: list[set[ir.Node]] = []
+
+
+BODIES = _Bodies()

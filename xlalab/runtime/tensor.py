@@ -74,7 +74,7 @@ class XlaTensor(torch.Tensor):
             out = failed[0] if len(failed) == 1 else tuple(failed)
         # LazyTracing: buffered per op, folded into the metric at the next sync.
         _TRACING.append(time.perf_counter_ns() - t0)
-        if _EAGER[0] and not TRACING_BODY[0]:  # a body's ops run with the op that holds it
+        if _EAGER[0] and not rng.BODIES.draws:  # a body's ops run with the op that holds it
             _run_now()
         return out
 
@@ -1068,10 +1068,6 @@ def _multinomial_checks(args: tuple[Any, ...]) -> tuple[int, ...]:
 _MULTINOMIAL_SHAPES: dict[Any, tuple[int, ...]] = {}
 
 
-# How many control-flow bodies (``control_flow``) are being traced: their operands have no value.
-TRACING_BODY = [0]
-
-
 def _cannot_fall_back_in_body(
     func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], name: str, error: Exception
 ) -> None:
@@ -1096,7 +1092,7 @@ def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     try:
         host = dict(zip(map(id, xla_args), to_cpu_many(xla_args, f"fallback:{name}")))
     except LoweringError as e:
-        if not TRACING_BODY[0]:
+        if not rng.BODIES.draws:  # no control-flow body is being traced: a failure of its own
             raise
         _cannot_fall_back_in_body(func, args, kwargs, name, e)
     written = _written_args(func, args, kwargs)
