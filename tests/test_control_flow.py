@@ -361,3 +361,29 @@ def test_eager_debug_mode_runs_the_conditional_as_one_op(dev: Any) -> None:
         config.set("XLA_USE_EAGER_DEBUG_MODE", False)
     want = torch.cond(x.sum() > 0, lambda a: a.sin() + 1, lambda a: a.cos(), (x,))
     torch.testing.assert_close(y.cpu(), want)
+
+
+def test_a_lazy_training_step_with_cond_and_scan_compiles_once_then_hits_the_cache(dev: Any) -> None:
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b, self.drop = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Dropout(0.1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            yes, no = (lambda t: self.drop(self.a(t)).relu()), (lambda t: self.b(t).tanh())
+            h = torch.cond(x.mean() > 0, yes, no, (x,))
+            c, ys = scan(lambda c, v: (torch.tanh(c + v), c.sum(-1)), torch.zeros(8, device=x.device), h)
+            return c.sum() + ys.sum()
+
+    torch.manual_seed(0)
+    model = Model().to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    compiles = []
+    for i in range(5):
+        loss = model(torch.randn(4, 8).to(dev) * (1 if i % 2 else -1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        xm.mark_step()
+        compiles.append(counter("UncachedCompile"))
+    assert compiles[2:] == [compiles[1]] * 3  # later steps (either branch taken) reuse the program
