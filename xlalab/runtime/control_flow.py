@@ -402,11 +402,11 @@ def _lower_while(vals: list[Any], arg: LoopBodies, shape: Any, dtype: Any) -> An
 
     def one_round(state: tuple[Any, list[Any], list[Any]]) -> tuple[Any, list[Any], list[Any]]:
         count, carried, flags = state
-        graph.LOOP_ITERATIONS.append(count)
+        graph.LOOP_ITERATIONS.counts.append(count)
         try:
             out = arg.body(carried + rest)
         finally:
-            graph.LOOP_ITERATIONS.pop()
+            graph.LOOP_ITERATIONS.counts.pop()
         return count + 1, out[:n], [f | g for f, g in zip(flags, out[n:])]
 
     start = (jnp.zeros((), jnp.uint32), list(vals[:n]), flags0)
@@ -502,11 +502,11 @@ def _lower_scan(vals: list[Any], arg: ScanBody, shape: Any, dtype: Any) -> Any:
 
     def step(state: tuple[Any, list[Any], list[Any]], x: list[Any]) -> tuple[Any, list[Any]]:
         count, carried, flags = state
-        graph.LOOP_ITERATIONS.append(count)
+        graph.LOOP_ITERATIONS.counts.append(count)
         try:
             out = arg.body(carried + list(x) + rest)
         finally:
-            graph.LOOP_ITERATIONS.pop()
+            graph.LOOP_ITERATIONS.counts.pop()
         k = len(out) - arg.body.checks
         return (count + 1, out[:n], [f | g for f, g in zip(flags, out[k:])]), out[n:k]
 

@@ -14,6 +14,7 @@ never enter it. No Python hash decides a hit: a dict compares whole keys.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -366,7 +367,7 @@ def lower_node(instr: tuple[Any, ...], vals: list[Any]) -> Any:
         seed, offset = rng
         key = jax.random.PRNGKey(seed.astype(jnp.uint32))
         key = jax.random.fold_in(key, offset.astype(jnp.uint32))
-        for iteration in LOOP_ITERATIONS:  # a random op in a loop body draws anew each time round
+        for iteration in LOOP_ITERATIONS.counts:  # a random op in a loop body draws anew each round
             key = jax.random.fold_in(key, iteration.astype(jnp.uint32))
         kwargs["key"] = key
     try:
@@ -390,8 +391,17 @@ SPECIAL_LOWERINGS: dict[Any, Callable[[list[Any], Any, Any, Any], Any]] = {}
 SPECIAL_LOWERINGS[index_checks.CHECK] = index_checks.lower
 SPECIAL_LOWERINGS[checks.ASSERT] = checks.lower_assert
 SPECIAL_LOWERINGS[sharding.CONSTRAINT] = sharding.lower_constraint
-# The iteration counters of the loop bodies being traced, outermost first (``control_flow``).
-LOOP_ITERATIONS: list[Any] = []
+
+
+class _LoopIterations(threading.local):
+    """The round counters of the loop bodies JAX is tracing on this thread, outermost first
+    (``control_flow``); per thread, as replica threads compile programs of their own."""
+
+    def __init__(self) -> None:
+        self.counts: list[Any] = []
+
+
+LOOP_ITERATIONS = _LoopIterations()
 # Collective ops (registered by xlalab.runtime.replicated): op -> how many replicas a node spans.
 COLLECTIVES: dict[Any, Callable[[Node], int]] = {}
 

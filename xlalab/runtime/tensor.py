@@ -1458,8 +1458,8 @@ def _copy_of_view(func: OpOverload) -> Handler | None:
     graphs (AOTAutograd's, a scan's backward) use these in place of views."""
     base_packet = getattr(aten, func._schema.name.split("::")[-1].removesuffix("_copy"), None)
     base = getattr(base_packet, func._overloadname, None) if base_packet is not None else None
-    if base is None:
-        return None
+    if base is None or not any(r.alias_info is not None for r in base._schema.returns):
+        return None  # no view op of that name (index_copy is no copy of a view of index)
 
     def handler(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         out = base(*args, **kwargs)
