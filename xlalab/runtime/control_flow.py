@@ -1,24 +1,27 @@
-"""``torch.cond`` and ``while_loop`` on xla tensors: one XLA conditional or loop, no sync.
+"""``torch.cond``, ``while_loop``, ``scan`` and ``map`` on xla tensors: one XLA conditional or
+loop, no sync.
 
-Eager PyTorch reads the predicate on the host and runs one branch (or the loop, round by round).
+Eager PyTorch reads the predicate on the host and runs one branch (or a loop, round by round).
 Reading it here would cut the graph and wait for the device every time, which is what these
-operators exist to avoid. Instead each branch (or the loop's condition and body) is traced
-once, on placeholder tensors, into a *body*: a small graph whose inputs are the operands and
-the outside values it reads. The op becomes one node whose lowering is ``lax.cond`` or
-``lax.while_loop`` over the bodies, so the choice and the iterations happen on the device.
+operators exist to avoid. Instead each branch (or the loop's condition and body, or the scanned
+function) is traced once, on placeholder tensors, into a *body*: a small graph whose inputs are
+the operands and the outside values it reads. The op becomes one node whose lowering is
+``lax.cond``, ``lax.while_loop`` or ``lax.scan`` over the bodies, so the choice and the rounds
+happen on the device.
 
 The same handlers serve lazy mode (``torch.cond`` outside ``torch.compile`` runs its own small
 dynamo graph, whose ops reach the runtime one by one) and compiled mode (the FX graph's
-``cond`` node, traced by ``xlalab.dynamo``).
+``cond`` node, traced by ``xlalab.dynamo``). Gradients come from torch's own rules for these
+operators, whose backward is another cond or scan.
 
 - Values a body reads that do not depend on its operands (a closed-over tensor, a constant it
   makes, a float argument) are computed outside, before the conditional, and passed in.
 - A device check made inside a body (an index range, ``torch._assert_async``) becomes an extra
   output: the branch not taken reports "no failure", a loop ORs its rounds' flags.
-- A random op in a loop body draws new numbers each round (the round's count is folded into
-  its key), as eager's draws in a Python loop do.
-- Reading a body's value on the host (``.item()``, ``print``) inside the body has no answer
-  while the body is traced: it raises, naming the operator.
+- A random op made in a loop body draws new numbers each round (the round's count is folded
+  into its key), as eager's draws in a Python loop do.
+- A body's values have no host copy while it is traced: reading one (``.item()``) or an op
+  with no lowering (a CPU fallback) inside the body raises at that op, saying so.
 """
 
 from __future__ import annotations
