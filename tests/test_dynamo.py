@@ -238,6 +238,42 @@ def test_explain_guard_in_plain_words() -> None:
     assert dynamo.explain_guard("L['n'] == 3") == "`n` is no longer 3 (a Python value baked into the graph)"
 
 
+def _recompile_explanation(
+    fn: Any, first: tuple[Any, ...], second: tuple[Any, ...], context: Any = None
+) -> str:
+    """The plain words for the recompile a second call with other arguments causes."""
+    import contextlib
+
+    dynamo.reset()
+    f = torch.compile(fn, backend="xlalab")
+    f(*first)
+    with context or contextlib.nullcontext():
+        f(*second)
+    (rep,) = [r for r in dynamo.compiled_functions() if r.recompiles]
+    return rep.recompiles[0][1]
+
+
+def test_recompiles_of_type_and_global_state_in_plain_words(dev: torch.device) -> None:
+    # Guards dynamo words in its own terms (a tensor-type check, a global-state flag), as a
+    # user changed them: the device of an argument, a float for a tensor, no_grad, autocast.
+    x = torch.randn(4, 3, device=dev)
+
+    def double(a: torch.Tensor) -> torch.Tensor:
+        return a * 2
+
+    assert _recompile_explanation(double, (x,), (torch.randn(4, 3),)) == (
+        "`a` is now a CPU tensor: the graph was compiled for a tensor of another device or type"
+    )
+    assert _recompile_explanation(double, (torch.randn(4, 3),), (x,)).startswith("`a` is now an xla tensor")
+    assert _recompile_explanation(double, (x,), (3.0,)) == (
+        "`a` is now a float where the graph was compiled for a tensor"
+    )
+    assert _recompile_explanation(double, (x,), (x,), torch.no_grad()).startswith("grad mode changed")
+    assert _recompile_explanation(lambda a: a @ a.t(), (x,), (x,), torch.autocast("cpu")) == (
+        "autocast on cpu changed (enabled) since the graph was compiled"
+    )
+
+
 def test_a_graph_without_a_lowering_runs_lazily_with_a_warning(dev: torch.device) -> None:
     dynamo.reset()
 
@@ -266,6 +302,29 @@ def test_openxla_backend_under_torch_xla_names(dev: torch.device) -> None:
     lin(x).sum().backward()
     torch.testing.assert_close(got.detach().cpu(), lin(x).detach())
     torch.testing.assert_close(xlin.weight.grad.cpu(), lin.weight.grad)
+
+
+def test_openxla_train_step_is_reported_and_updates_in_place(dev: torch.device) -> None:
+    # torch_xla's backend name gives what backend="xlalab" gives: the function's name, its
+    # breaks at the user's lines, and an optimizer step that writes parameters in the program
+    # (torch's own openxla entry would copy each one back after it, every step).
+    xlalab.use_torch_xla_names()
+    dynamo.reset()
+    w = WORKLOADS["mlp"]
+    model = w.make_model(0).to(dev)
+    opt = w.make_optimizer(model.parameters())
+    step = torch.compile(train_step, backend="openxla")
+    for i in range(3):
+        batch = w.make_batch(i, 4, dev)
+        before = met.counter_value("xla::copy_") or 0
+        step(w, model, opt, *batch)
+    assert (met.counter_value("xla::copy_") or 0) == before
+    (rep,) = [r for r in dynamo.compiled_functions() if r.name == "train_step"]
+    assert rep.num_graphs == 2 and len(rep.breaks) == 2
+    lines, first = inspect.getsourcelines(train_step)
+    backward_line = first + next(i for i, t in enumerate(lines) if "loss.backward()" in t)
+    assert any(where is not None and where.line == backward_line for _, where in rep.breaks)
+    assert any(r.name == "Adam.step" for r in dynamo.compiled_functions())
 
 
 def test_hlo_of_a_compiled_graph(dev: torch.device) -> None:

@@ -9,8 +9,8 @@ Each graph dynamo captures goes through AOTAutograd (a forward graph, and a back
 when gradients are needed); each becomes one XLA program, compiled on its first call by the
 same runtime that compiles lazy mode's graphs (``xlalab.runtime.graph``), and called directly
 from then on. With torch_xla's module names installed (``xlalab.use_torch_xla_names()``),
-``backend="openxla"`` works too: torch's own ``openxla`` backend calls
-``torch_xla.core.dynamo_bridge``, which is :mod:`xlalab.dynamo.bridge`.
+``backend="openxla"`` (and ``"openxla_eval"``) is this backend under torch_xla's name; code
+that calls ``torch_xla.core.dynamo_bridge`` directly reaches :mod:`xlalab.dynamo.bridge`.
 
 :func:`compiled_functions` reports, per compiled function, its graphs, graph breaks (dynamo's
 reason and the user's line) and recompiles (the guard that failed, in plain words);

@@ -123,11 +123,64 @@ def backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Cal
 
 
 def register() -> None:
-    """``backend="xlalab"`` for torch.compile (idempotent)."""
-    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+    """``backend="xlalab"`` for torch.compile, and torch's ``"openxla"`` / ``"openxla_eval"``
+    taken over while ``torch_xla`` is xlalab (idempotent)."""
+    from torch._dynamo.backends import registry
 
-    if "xlalab" not in _COMPILER_FNS:
-        register_backend(compiler_fn=backend, name="xlalab")
+    if "xlalab" not in registry._COMPILER_FNS:
+        registry.register_backend(compiler_fn=backend, name="xlalab")
+    _take_over_openxla()
+    # torch registers its openxla entries when a backend is first looked up by name (importing
+    # them now, while dynamo itself is still loading, would be a circular import).
+    if not getattr(registry._lazy_import, "_xlalab", False):
+        load_backends = registry._lazy_import
+
+        def lazy_import() -> None:
+            load_backends()
+            _take_over_openxla()
+
+        lazy_import._xlalab = True  # type: ignore[attr-defined]
+        registry._lazy_import = lazy_import  # type: ignore[assignment]
+
+
+def _take_over_openxla() -> None:
+    from torch._dynamo.backends.registry import _COMPILER_FNS
+
+    for name in _OPENXLA:
+        original = _COMPILER_FNS.get(name)
+        if original is not None and not getattr(original, "_xlalab", False):
+            _COMPILER_FNS[name] = _as_openxla(original)
+
+
+# torch's backends for torch_xla. Each hands every aten graph to ``torch_xla.core.dynamo_bridge``
+# on the graph's first call, after dynamo has finished: too late to learn the function's name,
+# its graph breaks and the guard that failed, and without the partition and in-graph input
+# updates ``backend`` chooses (each optimizer step would copy every parameter after the
+# program). Where that bridge is xlalab's own, the name means ``backend``.
+_OPENXLA = ("openxla", "openxla_eval")
+
+
+def _as_openxla(original: Callable[..., Any]) -> Callable[..., Any]:
+    def openxla(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
+        if not _bridge_is_xlalab():
+            return original(gm, example_inputs, **kwargs)  # the real torch_xla, or torch's error
+        return backend(gm, example_inputs, **kwargs)
+
+    openxla._xlalab = True  # type: ignore[attr-defined]
+    openxla._tags = getattr(original, "_tags", ())  # type: ignore[attr-defined]
+    return openxla
+
+
+def _bridge_is_xlalab() -> bool:
+    """Whether ``torch_xla.core.dynamo_bridge`` is :mod:`xlalab.dynamo.bridge` (torch_xla's
+    names are installed, ``xlalab.use_torch_xla_names()`` or ``XLALAB_TORCH_XLA=1``)."""
+    import sys
+
+    try:
+        import torch_xla.core.dynamo_bridge as bridge  # type: ignore[import-not-found]
+    except ImportError:
+        return False
+    return bridge is sys.modules.get(f"{__package__}.bridge")
 
 
 __all__ = ["backend", "register"]

@@ -1,11 +1,11 @@
-"""``torch_xla.core.dynamo_bridge``: what torch's ``openxla`` backends call.
+"""``torch_xla.core.dynamo_bridge``: what torch's own ``openxla`` backends call.
 
-torch registers ``backend="openxla"`` itself (``torch/_dynamo/backends/torchxla.py``): AOTAutograd
+torch's entry for ``backend="openxla"`` (``torch/_dynamo/backends/torchxla.py``) is AOTAutograd
 with a compiler that, on a graph's first call, imports this module and calls
 ``extract_compiled_graph(graph_module, args)``, then calls what it returns with the arguments
-on every call. With xlalab's torch_xla names installed (``xlalab.use_torch_xla_names()``) that is
-this module, and each graph becomes one program through xlalab's runtime, as with
-``backend="xlalab"``.
+on every call. While xlalab's torch_xla names are installed, ``backend="openxla"`` is xlalab's
+own backend (``backend.register``) and does not come here; this module serves code that calls
+the bridge directly, each graph becoming one program through xlalab's runtime.
 """
 
 from __future__ import annotations

@@ -286,8 +286,7 @@ _BREAK_ADVICE = (
     ),
     (
         "Pending mutations on a parameter",
-        "the optimizer needs the `.grad` values the graph set: torch.optim steps start a "
-        "graph of their own",
+        "the optimizer needs the `.grad` values the graph set: torch.optim steps start a graph of their own",
     ),
 )
 
@@ -312,6 +311,17 @@ _DTYPE = re.compile(r"tensor '(?P<name>.+)' dtype mismatch\. expected (?P<a>\w+)
 _GRAD = re.compile(r"tensor '(?P<name>.+)' requires_grad mismatch\. expected requires_grad=(?P<a>\d)")
 _RANK = re.compile(r"tensor '(?P<name>.+)' rank mismatch\. expected (?P<a>\d+), actual (?P<b>\d+)")
 _EQ = re.compile(r"^(?P<name>.+?) == (?P<a>[^\s]+)\s*(#.*)?$")
+_TYPE = re.compile(
+    r"expected type of '(?P<name>.+)' to be a tensor type, ' but found <class '(?P<found>[\w.]+)'>"
+)
+_GLOBAL = re.compile(r"GLOBAL_STATE changed: (?P<what>[\w(),. ]+?)\s*$")
+# A global-state entry -> what the user did to change it.
+_GLOBAL_WORDS = {
+    "grad_mode": "grad mode changed (a call under torch.no_grad() or set_grad_enabled, where the "
+    "graph was compiled with the other mode): one graph per grad mode",
+    "deterministic_algorithms": "torch.use_deterministic_algorithms was switched",
+    "torch_function_enabled": "torch function mode was switched",
+}
 _SOURCE = re.compile(r"L\['([^']+)'\]|G\['([^']+)'\]")
 
 
@@ -346,4 +356,33 @@ def explain_guard(guard: str) -> str:
     m = _EQ.match(first)
     if m:
         return f"`{_pretty(m['name'])}` is no longer {m['a']} (a Python value baked into the graph)"
+    m = _TYPE.search(first)
+    if m:
+        now = f"`{_pretty(m['name'])}` is now {_kind_of(m['found'])}"
+        if m["found"].startswith(("torch.", "xlalab.")):
+            return f"{now}: the graph was compiled for a tensor of another device or type"
+        return f"{now} where the graph was compiled for a tensor"
+    m = _GLOBAL.search(first)
+    if m:
+        parts = [p.strip() for p in m["what"].split(",") if p.strip()]
+        return "; ".join(_global_words(p) for p in parts)
     return _pretty(first)
+
+
+def _kind_of(cls: str) -> str:
+    """What a guard's class name means to a user: xla tensors are xlalab's ``XlaTensor``."""
+    if cls.endswith(".XlaTensor"):
+        return "an xla tensor"
+    if cls == "torch.Tensor":
+        return "a CPU tensor"
+    return f"a {cls.rsplit('.', 1)[-1]}"
+
+
+def _global_words(what: str) -> str:
+    known = _GLOBAL_WORDS.get(what)
+    if known is not None:
+        return known
+    m = re.fullmatch(r"autocast\((?P<dev>\w+)\)_(?P<field>\w+)", what)
+    if m:
+        return f"autocast on {m['dev']} changed ({m['field'].replace('_', ' ')}) since the graph was compiled"
+    return f"torch's global state `{what}` changed since the graph was compiled"
