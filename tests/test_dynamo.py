@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import subprocess
 import sys
@@ -226,6 +227,45 @@ def test_breaks_in_a_train_step_name_the_users_lines(dev: torch.device) -> None:
     text = dynamo.summary()
     assert "a torch.optim step is always a graph of its own" in text
     assert "backward() runs between graphs" in text
+
+
+def _logged(fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_logged
+def _double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@_logged
+def _halve(x: torch.Tensor) -> torch.Tensor:
+    return x / 2
+
+
+def test_decorated_functions_are_reported_under_their_own_names(dev: torch.device) -> None:
+    # Two functions under one decorator run the same wrapper code; each is reported as itself,
+    # at its own line. So is a Hugging Face model, whose forward carries such decorators.
+    transformers = pytest.importorskip("transformers")
+    dynamo.reset()
+    x = torch.ones(3, device=dev)
+    torch.compile(_double, backend="xlalab")(x)
+    torch.compile(_halve, backend="xlalab")(x)
+    config = transformers.GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=1, n_head=2)
+    model = transformers.GPT2LMHeadModel(config).to(dev)
+    torch.compile(model, backend="xlalab")(torch.zeros(1, 4, dtype=torch.long, device=dev))
+    reports = {r.name: r for r in dynamo.compiled_functions()}
+    for fn in (_double, _halve):
+        rep = reports[fn.__qualname__]
+        assert rep.num_graphs == 1 and rep.file == __file__
+        assert rep.line == inspect.unwrap(fn).__code__.co_firstlineno
+    forward = inspect.unwrap(transformers.GPT2LMHeadModel.forward)
+    rep = reports["GPT2LMHeadModel.forward"]
+    assert (rep.file, rep.line) == (forward.__code__.co_filename, forward.__code__.co_firstlineno)
 
 
 def test_explain_guard_in_plain_words() -> None:

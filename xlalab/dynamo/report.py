@@ -24,6 +24,7 @@ its graphs (each with the FX code and the programs compiled for it), breaks and 
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from dataclasses import dataclass, field
@@ -98,7 +99,7 @@ class FunctionReport:
 GRAPHS_COUNTER = "DynamoExtractCompiledGraph"
 RECOMPILES_COUNTER = "DynamoRecompile"
 
-_FUNCTIONS: dict[tuple[str, int, str], FunctionReport] = {}
+_FUNCTIONS: dict[tuple[Any, ...], FunctionReport] = {}
 _BY_LABEL: dict[str, GraphReport] = {}
 _FN_BY_LABEL: dict[str, FunctionReport] = {}
 
@@ -138,8 +139,9 @@ def reset() -> None:
     _FN_BY_LABEL.clear()
 
 
-def _current_code() -> Any:
-    """The code object dynamo is compiling: for a compiled module, its ``forward``."""
+def _current_code() -> tuple[Any, Any]:
+    """The code object dynamo is compiling (for a compiled module, its ``forward``), and the
+    function a decorator's wrapper wraps when that code is such a wrapper (else None)."""
     try:
         from torch._dynamo.symbolic_convert import InstructionTranslator
 
@@ -149,10 +151,36 @@ def _current_code() -> Any:
             # torch.compile(module) traces torch's wrapper around the module's call
             fn = tx.f_locals.get("fn")
             forward = getattr(type(fn), "forward", None) if isinstance(fn, torch.nn.Module) else fn
-            code = getattr(forward, "__code__", code)
-        return code
+            return getattr(forward, "__code__", code), forward if hasattr(forward, "__wrapped__") else None
+        return code, _wrapped_by(code, getattr(tx, "closure", None))
     except Exception:  # outside dynamo (a graph handed to the backend by hand)
+        return None, None
+
+
+def _wrapped_by(code: Any, closure: tuple[Any, ...] | None) -> Any:
+    """The function that a decorator's wrapper running ``code`` over ``closure`` was made for
+    (``functools.wraps`` leaves it as ``__wrapped__``), or None.
+
+    A decorated method (``can_return_tuple`` on every Hugging Face ``forward``) runs the
+    decorator's ``wrapper``, whose code all the methods it decorates share: the function
+    object with these very closure cells tells which one this is, and its ``__qualname__``
+    (``GPT2LMHeadModel.forward``) is what the user knows it as.
+    """
+    if not closure or "<locals>" not in getattr(code, "co_qualname", ""):
         return None
+    import gc
+    import types
+
+    for fn in gc.get_referrers(code):
+        if (
+            isinstance(fn, types.FunctionType)
+            and fn.__code__ is code
+            and fn.__closure__ is not None
+            and len(fn.__closure__) == len(closure)
+            and all(a is b for a, b in zip(fn.__closure__, closure))
+        ):
+            return getattr(fn, "__wrapped__", None) and fn
+    return None
 
 
 def _recompile_reason() -> str | None:
@@ -165,9 +193,10 @@ def _recompile_reason() -> str | None:
     return reason if isinstance(reason, str) else None
 
 
-def _function(code: Any) -> FunctionReport:
+def _function(code: Any, wrapper: Any = None) -> FunctionReport:
     if code is None:
-        key = ("<graph>", 0, "<fx graph>")
+        key: tuple[Any, ...] = ("<graph>", 0, "<fx graph>")
+        shown = key
     else:
         name = code.co_name
         m = _RESUME.match(name)
@@ -175,20 +204,25 @@ def _function(code: Any) -> FunctionReport:
             name = getattr(code, "co_qualname", name)
         if m:  # the rest of a function after a graph break belongs to that function
             name = m.group(1)
-            for (file, _line, fname), rep in _FUNCTIONS.items():
+            for (file, _line, fname, *_), rep in _FUNCTIONS.items():
                 if file == code.co_filename and (fname == name or fname.endswith("." + name)):
                     return rep
-        key = (code.co_filename, code.co_firstlineno, name)
+        key = shown = (code.co_filename, code.co_firstlineno, name)
+        if wrapper is not None:  # a decorator's wrapper: named as the function it wraps
+            inner = inspect.unwrap(wrapper)
+            where = getattr(inner, "__code__", code)
+            shown = (where.co_filename, where.co_firstlineno, wrapper.__qualname__)
+            key = (*key, shown)
     found = _FUNCTIONS.get(key)
     if found is None:
-        found = _FUNCTIONS[key] = FunctionReport(key[2], key[0], key[1])
+        found = _FUNCTIONS[key] = FunctionReport(shown[2], shown[0], shown[1])
     return found
 
 
 def note_dynamo_graph(gm: Any) -> str:
     """Record a graph dynamo captured (with its break and recompile reasons); its label."""
-    code = _current_code()
-    rep = _function(code)
+    code, wrapper = _current_code()
+    rep = _function(code, wrapper)
     index = len(rep.graphs)
     ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
     graph = GraphReport(index, gm.code, ops)
