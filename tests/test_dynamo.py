@@ -314,6 +314,25 @@ def test_recompiles_of_type_and_global_state_in_plain_words(dev: torch.device) -
     )
 
 
+def test_each_kind_of_recompile_says_what_to_change(dev: torch.device) -> None:
+    # A new size cannot be fixed by a dynamic dim on XLA (a program per shape): pad instead.
+    seen: list[events.Event] = []
+    unsubscribe = events.subscribe(seen.append)
+    try:
+        x = torch.randn(4, 3, device=dev)
+        _recompile_explanation(lambda a: a * 2, (x,), (torch.randn(5, 3, device=dev),))
+        _recompile_explanation(lambda a, n: a * n, (x, 2), (x, 3))
+        _recompile_explanation(lambda a: a * 2, (x,), (x,), torch.no_grad())
+    finally:
+        unsubscribe()
+    size, value, grad_mode = [e.advice for e in seen if isinstance(e, dynamo.RecompileEvent)]
+    assert "pad to a few fixed sizes" in size and "mark_dynamic" in size
+    assert "pass it as a tensor on the device" in value
+    assert "compiles once per setting" in grad_mode
+    text = dynamo.summary()
+    assert "compiles once per setting" in text  # the summary says it under the recompile
+
+
 def test_a_graph_without_a_lowering_runs_lazily_with_a_warning(dev: torch.device) -> None:
     dynamo.reset()
 

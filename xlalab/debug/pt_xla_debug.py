@@ -313,7 +313,8 @@ class _Stats:
     # (function, the call that recompiled) -> the failed guards in plain words
     graph_breaks: Counter[tuple[str, str, Frame | None]] = field(default_factory=Counter)
     graph_break_advice: dict[tuple[str, str, Frame | None], str] = field(default_factory=dict)
-    dynamo_recompiles: dict[tuple[str, Frame | None], list[str]] = field(
+    # per (function, call): each recompile's plain words and what to change
+    dynamo_recompiles: dict[tuple[str, Frame | None], list[tuple[str, str]]] = field(
         default_factory=lambda: defaultdict(list)
     )
     # optimizer steps with no barrier between them: where step() was called -> (steps, graph nodes, frames)
@@ -504,7 +505,8 @@ def _handle(ev: events.Event) -> None:
         st.graph_break_advice[key] = getattr(ev, "advice", "")
     elif ev.kind == _DYNAMO_RECOMPILE:
         words = getattr(ev, "explanation", "") or getattr(ev, "guard", "")
-        st.dynamo_recompiles[(getattr(ev, "function", ""), _site(ev.frames))].append(words)
+        advice = getattr(ev, "advice", "") or "keep the value fixed from call to call"
+        st.dynamo_recompiles[(getattr(ev, "function", ""), _site(ev.frames))].append((words, advice))
     elif isinstance(ev, events.CompileEvent):
         old = _S.pending.get(threading.get_ident())
         if old is not None and old.compile is not None and not old.compile.cached:
@@ -721,12 +723,11 @@ def _findings() -> list[list[str]]:
 
     # Compiled mode: dynamo's recompiles (the guard that failed) and graph breaks (its reason).
     for (function, call), explained in st.dynamo_recompiles.items():
-        shown = "; ".join(explained[:3]) + ("; ..." if len(explained) > 3 else "")
+        shown = "; ".join(w for w, _ in explained[:3]) + ("; ..." if len(explained) > 3 else "")
         lines = [
             f"{_where(call)}: recompilation: dynamo compiled {function} again "
             f"{_times(len(explained))}: {shown}",
-            "  keep the value fixed from call to call, or mark a changing size dynamic "
-            "(torch._dynamo.mark_dynamic(x, dim))",
+            *(f"  {advice}" for advice in dict.fromkeys(a for _, a in explained)),
         ]
         out.append(((0, -len(explained)), lines))
     for (function, reason, site), n in st.graph_breaks.most_common():

@@ -59,6 +59,7 @@ class RecompileEvent(events.Event):
     function: str = ""
     guard: str = ""
     explanation: str = ""
+    advice: str = ""  # what to change (``guard_advice``)
 
 
 @dataclass(frozen=True)
@@ -124,9 +125,10 @@ def summary() -> str:
             advice = break_advice(reason)
             if advice:
                 lines.append(f"    {advice}")
-        for _, words, call in rep.recompiles:
+        for guard, words, call in rep.recompiles:
             at = f", at {os.path.basename(call.file)}:{call.line}" if call else ""
             lines.append(f"  recompiled: {words}{at}")
+            lines.append(f"    {guard_advice(guard)}")
         for why in rep.lazy:
             lines.append(f"  runs lazily: {why}")
     return "\n".join(lines)
@@ -254,7 +256,11 @@ def note_dynamo_graph(gm: Any) -> str:
         rep.recompiles.append((guard, words, call[0] if call else None))
         metrics.count(RECOMPILES_COUNTER)
         if listening:
-            events.publish(RecompileEvent(function=rep.name, guard=guard, explanation=words, frames=call))
+            events.publish(
+                RecompileEvent(
+                    function=rep.name, guard=guard, explanation=words, advice=guard_advice(guard), frames=call
+                )
+            )
     return label
 
 
@@ -401,6 +407,39 @@ def explain_guard(guard: str) -> str:
         parts = [p.strip() for p in m["what"].split(",") if p.strip()]
         return "; ".join(_global_words(p) for p in parts)
     return _pretty(first)
+
+
+# What to change, per kind of failed guard. XLA compiles a program per shape, so a dynamic size
+# (dynamo's automatic dynamic shapes, or mark_dynamic) spares dynamo's retrace but not XLA's compile.
+_SIZE_ADVICE = (
+    "XLA compiles one program per shape, so every new size compiles again (dynamic shapes, "
+    "dynamo's own after a second size or torch._dynamo.mark_dynamic, spare dynamo's retrace "
+    "but not XLA's compile): pad to a few fixed sizes (drop_last=True, bucketed lengths)"
+)
+_GUARD_ADVICE = (
+    (_SIZE, _SIZE_ADVICE),
+    (_RANK, "pass tensors of one rank on every call"),
+    (_STRIDE, "the argument's layout changed (a transposed or sliced view): pass the same layout "
+     "on every call, e.g. x.contiguous()"),
+    (_DTYPE, "pass tensors of one dtype on every call (cast before the call)"),
+    (_GRAD, "each requires_grad setting has a graph of its own: this compiles once per setting"),
+    (_TYPE, "move every tensor argument to the xla device before the call: a CPU tensor where an "
+     "xla one was (or a number where a tensor was) is a graph of its own"),
+    (_GLOBAL, "each grad mode or autocast setting has a graph of its own: this compiles once per "
+     "setting, not on every call"),
+    (_EQ, "a Python value is a constant of the graph, so each new value compiles again: if it "
+     "changes from call to call, pass it as a tensor on the device (its value is then an input)"),
+)  # fmt: skip
+
+
+def guard_advice(guard: str) -> str:
+    """What to change so that this guard stops failing."""
+    first = guard.strip().splitlines()[0] if guard.strip() else guard
+    first = re.sub(r"^\d+/\d+: ", "", first)
+    for pattern, advice in _GUARD_ADVICE:
+        if pattern.search(first):
+            return advice
+    return "keep the value this guard checks fixed from call to call"
 
 
 def _kind_of(cls: str) -> str:

@@ -519,10 +519,7 @@ class Watcher:
         words, guard = getattr(ev, "explanation", ""), getattr(ev, "guard", "")
         frames = self.cells.user_frames(ev.frames)
         details = [f"dynamo's failed guard: {guard.strip().splitlines()[0]}"] if guard.strip() else []
-        details.append(
-            "every new value compiles the function again: keep it fixed from call to call, or mark "
-            "a changing size dynamic (torch._dynamo.mark_dynamic(x, dim))"
-        )
+        details.append(getattr(ev, "advice", "") or "keep the value fixed from call to call")
         return self._finding(
             ("dynamo_recompile", function, words),
             "recompile",
