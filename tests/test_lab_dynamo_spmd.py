@@ -228,6 +228,21 @@ def test_xla_graph_shows_a_compiled_functions_fx_graphs_and_hlo(shell: Shell) ->
     assert "=== graph 0: forward StableHLO" in stable and "stablehlo.tanh" in stable
 
 
+def test_xla_graph_on_a_decorated_function_compiled_with_openxla(shell: Shell) -> None:
+    # torch_xla's backend name, and a decorator (as on every Hugging Face forward): the graphs
+    # are the decorated function's, under its own name and line.
+    shell.ok(
+        "import functools\nxlalab.use_torch_xla_names()\n"
+        "def traced(fn):\n    @functools.wraps(fn)\n    def wrapper(*a):\n        return fn(*a)\n    return wrapper"
+    )
+    shell.ok("@traced\ndef shift(x):\n    return (x + 1).tanh()")
+    defined = shell.sh.execution_count - 1
+    shell.ok('h = torch.compile(shift, backend="openxla")\nr = h(torch.ones(3).to(dev))')
+    out = shell.ok("%xla_graph h")
+    assert out.startswith(f"shift (cell [{defined}], line 1): 1 graph"), out
+    assert "aten.tanh.default" in out
+
+
 def test_xla_graph_on_a_compiled_function_says_what_is_wrong(shell: Shell) -> None:
     shell.ok(COMPILED.replace("scale_rows", "scale_both"))
     shell.ok('f = torch.compile(scale_both, backend="xlalab")\nr = f(torch.ones(2, 2).to(dev))')

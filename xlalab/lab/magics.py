@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import inspect
 import io
 import shlex
 from html import escape
@@ -47,6 +48,8 @@ def _compiled_report(expr: str, value: Any) -> Any:
     module = getattr(value, "_orig_mod", None)
     if isinstance(module, torch.nn.Module):
         fn = type(module).forward  # dynamo records a compiled module under its forward
+    if fn is not None:
+        fn = inspect.unwrap(fn)  # a decorated function is recorded under its own name and line
     code = getattr(fn, "__code__", None)
     if code is None:
         return None
@@ -56,7 +59,8 @@ def _compiled_report(expr: str, value: Any) -> Any:
         if report.file == code.co_filename and report.line == code.co_firstlineno:
             return report
     raise UsageError(
-        f"{expr} is compiled but dynamo has not compiled it yet (or not with backend='xlalab'): "
+        f"{expr} is compiled but dynamo has not compiled it yet (or not with backend='xlalab' or "
+        "'openxla'): "
         "call it once, then %xla_graph shows its graphs"
     )
 
