@@ -232,8 +232,9 @@ def test_xla_graph_on_a_decorated_function_compiled_with_openxla(shell: Shell) -
     # torch_xla's backend name, and a decorator (as on every Hugging Face forward): the graphs
     # are the decorated function's, under its own name and line.
     shell.ok(
-        "import functools\nxlalab.use_torch_xla_names()\n"
-        "def traced(fn):\n    @functools.wraps(fn)\n    def wrapper(*a):\n        return fn(*a)\n    return wrapper"
+        "import functools, torch, xlalab\nxlalab.use_torch_xla_names()\ndev = xlalab.device()\n"
+        "def traced(fn):\n    @functools.wraps(fn)\n    def wrapper(*a):\n        return fn(*a)\n"
+        "    return wrapper"
     )
     shell.ok("@traced\ndef shift(x):\n    return (x + 1).tanh()")
     defined = shell.sh.execution_count - 1
