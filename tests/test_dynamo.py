@@ -252,20 +252,26 @@ def test_decorated_functions_are_reported_under_their_own_names(dev: torch.devic
     # at its own line. So is a Hugging Face model, whose forward carries such decorators.
     transformers = pytest.importorskip("transformers")
     dynamo.reset()
-    x = torch.ones(3, device=dev)
-    torch.compile(_double, backend="xlalab")(x)
-    torch.compile(_halve, backend="xlalab")(x)
+    # A recompile names the argument as the function's own parameter, not the wrapper's
+    # ``args[0]`` / ``kwargs['input_ids']``.
+    double = torch.compile(_double, backend="xlalab")
+    double(torch.ones(3, device=dev))
+    double(torch.ones(5, device=dev))
+    torch.compile(_halve, backend="xlalab")(torch.ones(3, device=dev))
     config = transformers.GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=1, n_head=2)
-    model = transformers.GPT2LMHeadModel(config).to(dev)
-    torch.compile(model, backend="xlalab")(torch.zeros(1, 4, dtype=torch.long, device=dev))
+    model = torch.compile(transformers.GPT2LMHeadModel(config).to(dev), backend="xlalab")
+    model(input_ids=torch.zeros(1, 4, dtype=torch.long, device=dev))
+    model(input_ids=torch.zeros(1, 6, dtype=torch.long, device=dev))
     reports = {r.name: r for r in dynamo.compiled_functions()}
     for fn in (_double, _halve):
         rep = reports[fn.__qualname__]
-        assert rep.num_graphs == 1 and rep.file == __file__
+        assert rep.num_graphs == (2 if fn is _double else 1) and rep.file == __file__
         assert rep.line == inspect.unwrap(fn).__code__.co_firstlineno
+    assert [words for _, words, _ in reports["_double"].recompiles] == ["`x.size(0)` changed 3 → 5"]
     forward = inspect.unwrap(transformers.GPT2LMHeadModel.forward)
     rep = reports["GPT2LMHeadModel.forward"]
     assert (rep.file, rep.line) == (forward.__code__.co_filename, forward.__code__.co_firstlineno)
+    assert [words for _, words, _ in rep.recompiles] == ["`input_ids.size(1)` changed 4 → 6"]
 
 
 def test_explain_guard_in_plain_words() -> None:

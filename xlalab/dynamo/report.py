@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -251,7 +252,7 @@ def note_dynamo_graph(gm: Any) -> str:
             events.publish(GraphBreakEvent(function=rep.name, reason=reason, advice=advice, frames=frames))
     guard = _recompile_reason() if index == 0 or code is not None else None
     if guard is not None and code is not None and not _RESUME.match(code.co_name):
-        words = explain_guard(guard)
+        words = explain_guard(guard, _wrapper_arguments(code, wrapper) if wrapper is not None else None)
         call = user_frames()
         rep.recompiles.append((guard, words, call[0] if call else None))
         metrics.count(RECOMPILES_COUNTER)
@@ -365,40 +366,66 @@ _GLOBAL_WORDS = {
 _SOURCE = re.compile(r"L\['([^']+)'\]|G\['([^']+)'\]")
 
 
-def _pretty(source: str) -> str:
+def _pretty(source: str, rename: Callable[[str], str] | None = None) -> str:
     """``L['x']`` -> ``x``; ``L['self']._modules['fc']`` -> ``self.fc``."""
     text = _SOURCE.sub(lambda m: m.group(1) or m.group(2), source)
     text = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", text)
-    return re.sub(r"\['([^']+)'\]", r".\1", text)
+    text = re.sub(r"\['([^']+)'\]", r".\1", text)
+    return rename(text) if rename is not None else text
 
 
-def explain_guard(guard: str) -> str:
-    """Dynamo's failed guard in plain words (the raw text when it is not a known kind)."""
+def _wrapper_arguments(code: Any, wrapped: Any) -> Callable[[str], str]:
+    """A decorator's wrapper receives the call as ``*args, **kwargs``: name its arguments as
+    the wrapped function's parameters (``kwargs.input_ids`` -> ``input_ids``, ``args[0]`` -> the
+    first parameter after the wrapper's own)."""
+    names, flags = code.co_varnames, code.co_flags
+    n = code.co_argcount + code.co_kwonlyargcount
+    varargs = names[n] if flags & inspect.CO_VARARGS else None
+    varkw = names[n + (varargs is not None)] if flags & inspect.CO_VARKEYWORDS else None
+    try:
+        params = list(inspect.signature(inspect.unwrap(wrapped)).parameters)
+    except (TypeError, ValueError):
+        params = []
+
+    def rename(text: str) -> str:
+        if varkw is not None and text.startswith(varkw + "."):
+            return text[len(varkw) + 1 :]
+        m = re.match(rf"{varargs}\[(\d+)\]", text) if varargs is not None else None
+        if m is not None and code.co_argcount + int(m[1]) < len(params):
+            return params[code.co_argcount + int(m[1])] + text[m.end() :]
+        return text
+
+    return rename
+
+
+def explain_guard(guard: str, rename: Callable[[str], str] | None = None) -> str:
+    """Dynamo's failed guard in plain words (the raw text when it is not a known kind);
+    ``rename`` maps a source (``x``, ``kwargs.input_ids``) to the name the user knows."""
     first = guard.strip().splitlines()[0] if guard.strip() else guard
     first = re.sub(r"^\d+/\d+: ", "", first)
     m = _SIZE.search(first)
     if m:
-        return f"`{_pretty(m['name'])}.size({m['i']})` changed {m['a']} → {m['b']}"
+        return f"`{_pretty(m['name'], rename)}.size({m['i']})` changed {m['a']} → {m['b']}"
     m = _STRIDE.search(first)
     if m:
-        return f"`{_pretty(m['name'])}.stride({m['i']})` changed {m['a']} → {m['b']}"
+        return f"`{_pretty(m['name'], rename)}.stride({m['i']})` changed {m['a']} → {m['b']}"
     m = _DTYPE.search(first)
     if m:
-        return f"`{_pretty(m['name'])}.dtype` changed {m['a']} → {m['b']}"
+        return f"`{_pretty(m['name'], rename)}.dtype` changed {m['a']} → {m['b']}"
     m = _RANK.search(first)
     if m:
-        return f"`{_pretty(m['name'])}.dim()` changed {m['a']} → {m['b']}"
+        return f"`{_pretty(m['name'], rename)}.dim()` changed {m['a']} → {m['b']}"
     m = _GRAD.search(first)
     if m:
         was = "True" if m["a"] == "1" else "False"
         now = "False" if was == "True" else "True"
-        return f"`{_pretty(m['name'])}.requires_grad` changed {was} → {now}"
+        return f"`{_pretty(m['name'], rename)}.requires_grad` changed {was} → {now}"
     m = _EQ.match(first)
     if m:
-        return f"`{_pretty(m['name'])}` is no longer {m['a']} (a Python value baked into the graph)"
+        return f"`{_pretty(m['name'], rename)}` is no longer {m['a']} (a Python value baked into the graph)"
     m = _TYPE.search(first)
     if m:
-        now = f"`{_pretty(m['name'])}` is now {_kind_of(m['found'])}"
+        now = f"`{_pretty(m['name'], rename)}` is now {_kind_of(m['found'])}"
         if m["found"].startswith(("torch.", "xlalab.")):
             return f"{now}: the graph was compiled for a tensor of another device or type"
         return f"{now} where the graph was compiled for a tensor"
@@ -406,7 +433,7 @@ def explain_guard(guard: str) -> str:
     if m:
         parts = [p.strip() for p in m["what"].split(",") if p.strip()]
         return "; ".join(_global_words(p) for p in parts)
-    return _pretty(first)
+    return _pretty(first, rename)
 
 
 # What to change, per kind of failed guard. XLA compiles a program per shape, so a dynamic size
