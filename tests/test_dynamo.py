@@ -426,6 +426,23 @@ def test_backend_registers_when_dynamo_loads() -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[0.0, 4.0]"
+    # torch_xla's backend name without torch_xla's names: say how to get them, not torch's
+    # "install torch_xla"; then the same process compiles with it.
+    script = (
+        "import torch, xlalab\n"
+        "f = lambda x: (x * 2).relu()\n"
+        "x = torch.tensor([-1.0, 2.0], device=xlalab.device())\n"
+        "try:\n    torch.compile(f, backend='openxla')(x)\n"
+        "except Exception as e:\n    print('ERROR', ' '.join(str(e).split()))\n"
+        "xlalab.use_torch_xla_names()\n"
+        "torch._dynamo.reset()\n"
+        "print(torch.compile(f, backend='openxla')(x).cpu().tolist())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    error, result = out.stdout.strip().splitlines()[-2:]
+    assert "xlalab.use_torch_xla_names()" in error and 'backend="xlalab"' in error
+    assert result == "[0.0, 4.0]"
 
 
 def test_compiled_function_in_eager_mode(dev: torch.device) -> None:

@@ -243,6 +243,59 @@ def test_an_inplace_op_on_a_cpu_tensor_with_an_xla_operand_names_the_devices(dev
         torch.zeros(4, 5)[torch.tensor([True, False, True, False])] = torch.ones(2, 5, device=dev)
 
 
+def test_a_model_left_on_the_cpu_is_an_error_at_its_first_layer(dev: torch.device) -> None:
+    # The step forgot model.to(device): eager (CUDA) and torch_xla refuse the CPU weights at the
+    # layer's op, with the two devices named; the error is raised there and says the fix.
+    # (Before, the weights were sent over at each op and backward() died in autograd's engine.)
+    import inspect
+    import traceback
+
+    import torch.nn.functional as F
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    x, y = torch.randn(16, 4).to(dev), torch.randint(0, 2, (16,)).to(dev)
+    with pytest.raises(RuntimeError, match=r"two devices, xla:0 and cpu! \(aten::addmm got a CPU") as info:
+        F.cross_entropy(model(x), y)  # THE-LAYER
+    assert "model.to(device)" in str(info.value)
+    lines, first = inspect.getsourcelines(test_a_model_left_on_the_cpu_is_an_error_at_its_first_layer)
+    line = first + next(i for i, t in enumerate(lines) if "# THE-LAYER" in t)
+    assert any(f.lineno == line for f in traceback.extract_tb(info.value.__traceback__))
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda x, c: x @ c,
+        lambda x, c: torch.cat([x, c]),
+        lambda x, c: x.index_select(0, c[:, 0].long().abs() % 2),
+        lambda x, c: x.gather(1, c.long().abs() % 2),
+        lambda x, c: torch.nn.functional.embedding(c.long().abs() % 2, x),
+        lambda x, c: x * torch.nn.Parameter(c),  # elementwise, but its gradient could not reach it
+    ],
+    ids=["mm", "cat", "index_select", "gather", "embedding", "mul_by_cpu_parameter"],
+)
+def test_a_cpu_operand_eager_refuses_is_refused_at_the_op(op: Any, dev: torch.device) -> None:
+    x = torch.randn(2, 2, device=dev)
+    with pytest.raises(RuntimeError, match="found at least two devices, xla:0 and cpu"):
+        op(x, torch.randn(2, 2))
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda x, c: x + c,  # elementwise: torch_xla's binary ops take a CPU operand too
+        lambda x, c: torch.where(x > 0, x, c),
+        lambda x, c: x[c[:, 0] > 0],  # indices and masks may live anywhere, as in eager
+        lambda x, c: x[torch.tensor([1, 0])] * c,
+        lambda x, c: x + c.sum(),  # a 0-d CPU tensor is a number
+    ],
+    ids=["add", "where", "cpu_mask", "cpu_index", "zero_dim"],
+)
+def test_cpu_operands_eager_or_torch_xla_accept_still_work(op: Any, dev: torch.device) -> None:
+    x, c = torch.randn(2, 2), torch.randn(2, 2)
+    torch.testing.assert_close(op(x.to(dev), c).cpu(), op(x, c))
+
+
 def test_data_pointers_tell_storages_apart_as_in_eager(dev: torch.device) -> None:
     def pointers(d: Any) -> tuple[int, int, bool]:
         m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)).to(d)

@@ -7,6 +7,7 @@ backward graph; each of those becomes one compiled program (``executable.Compile
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -162,8 +163,15 @@ _OPENXLA = ("openxla", "openxla_eval")
 
 def _as_openxla(original: Callable[..., Any]) -> Callable[..., Any]:
     def openxla(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
-        if not _bridge_is_xlalab():
-            return original(gm, example_inputs, **kwargs)  # the real torch_xla, or torch's error
+        bridge = _bridge()
+        if bridge is None:
+            raise ImportError(
+                'backend="openxla" is torch_xla\'s name and torch_xla is not installed here: call '
+                "xlalab.use_torch_xla_names() first (or set XLALAB_TORCH_XLA=1) to run torch_xla "
+                'code on xlalab, or pass backend="xlalab"'
+            )
+        if bridge is not sys.modules.get(f"{__package__}.bridge"):
+            return original(gm, example_inputs, **kwargs)  # the real torch_xla's
         return backend(gm, example_inputs, **kwargs)
 
     openxla._xlalab = True  # type: ignore[attr-defined]
@@ -171,16 +179,14 @@ def _as_openxla(original: Callable[..., Any]) -> Callable[..., Any]:
     return openxla
 
 
-def _bridge_is_xlalab() -> bool:
-    """Whether ``torch_xla.core.dynamo_bridge`` is :mod:`xlalab.dynamo.bridge` (torch_xla's
-    names are installed, ``xlalab.use_torch_xla_names()`` or ``XLALAB_TORCH_XLA=1``)."""
-    import sys
-
+def _bridge() -> Any:
+    """``torch_xla.core.dynamo_bridge`` (:mod:`xlalab.dynamo.bridge` while torch_xla's names are
+    installed: ``xlalab.use_torch_xla_names()`` or ``XLALAB_TORCH_XLA=1``), or None."""
     try:
         import torch_xla.core.dynamo_bridge as bridge  # type: ignore[import-not-found]
     except ImportError:
-        return False
-    return bridge is sys.modules.get(f"{__package__}.bridge")
+        return None
+    return bridge
 
 
 __all__ = ["backend", "register"]

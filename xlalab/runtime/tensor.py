@@ -304,11 +304,15 @@ _NO_META = object()
 class OpInfo:
     """What the recorder needs to know about an overload, computed once."""
 
-    __slots__ = ("counter", "func", "scalar_kw", "scalar_pos")
+    __slots__ = ("counter", "cpu_operands", "func", "scalar_kw", "scalar_pos")
 
     def __init__(self, func: OpOverload) -> None:
         self.func = func
         self.counter = "xla::" + func._schema.name.split("::")[-1]
+        # Whether a CPU tensor may be an operand (it is sent over): elementwise ops, as
+        # torch_xla's binary ops take one, and indexing, whose indices eager takes from any
+        # device. Every other op refuses one at the call, as eager and torch_xla do.
+        self.cpu_operands = torch.Tag.pointwise in func.tags or func._schema.name in _INDEXING
         # A Python float becomes a graph input wherever the schema takes a Scalar or a Tensor
         # (a wrapped number); ``float``-typed arguments (eps, p, momentum, scale factors) can
         # steer shapes or code paths, so they stay baked into the graph, as do Scalars that a
@@ -319,6 +323,11 @@ class OpInfo:
             i for i, a in enumerate(args) if not a.kwarg_only and a.name not in static and _float_is_input(a)
         )
         self.scalar_kw = frozenset(a.name for a in args if a.name not in static and _float_is_input(a))
+
+
+_INDEXING = frozenset(
+    f"aten::{n}" for n in ("index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index", "_unsafe_index_put")
+)
 
 
 def _float_is_input(arg: Any) -> bool:
@@ -339,12 +348,13 @@ def info(func: OpOverload) -> OpInfo:
 class _Args:
     """Operands and meta signature gathered while templating one call's arguments."""
 
-    __slots__ = ("device", "operands", "sig")
+    __slots__ = ("device", "op", "operands", "sig")
 
-    def __init__(self) -> None:
+    def __init__(self, op: OpInfo | None = None) -> None:
         self.operands: list[Node] = []
         self.sig: list[Any] = []
         self.device = -1
+        self.op = op  # the op being recorded, whose rules for CPU operands apply
 
     def add(self, node: Node) -> ir.Slot:
         dev = node.device
@@ -395,11 +405,32 @@ class _Args:
             const = ir.Const(t.item(), t.dtype)
             self.sig.append(const)
             return const
-        # A CPU tensor mixed into an xla op: move it over, as data.
+        op = self.op
+        if op is not None and (t.requires_grad or not op.cpu_operands):
+            raise RuntimeError(_cpu_operand_error(op.func, t, max(self.device, 0)))
+        # A CPU tensor mixed into an elementwise or indexing op: move it over, as data.
         node = to_device_node(t, max(self.device, 0))
         self.sig.append(node.shape)
         self.sig.append(node.dtype)
         return self.add(node)
+
+
+def _cpu_operand_error(func: OpOverload, t: torch.Tensor, device: int) -> str:
+    """Eager's two-devices error for a CPU tensor given to an xla op, with the fix."""
+    what = f"a CPU tensor of shape {list(t.shape)}"
+    if t.requires_grad:
+        why = (
+            f"{what} that requires grad (its gradient would be computed on xla:{device} and "
+            "could not reach it)"
+        )
+    else:
+        why = what
+    return (
+        f"Expected all tensors to be on the same device, but found at least two devices, "
+        f"xla:{device} and cpu! ({func._schema.name} got {why}: move it to the xla device with "
+        ".to(device); for a model's parameters and buffers, model.to(device), before building the "
+        "optimizer)"
+    )
 
 
 def _meta_arg(a: Any) -> Any:
@@ -524,7 +555,7 @@ def record(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
     The node's structural hash is that key's hash combined with its operands' hashes.
     """
     inf = _INFO.get(id(func)) or info(func)
-    acc = _Args()
+    acc = _Args(inf)
     sig = acc.sig
     operands = acc.operands
     sp = inf.scalar_pos
@@ -1026,7 +1057,7 @@ def _random(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     inplace = name.endswith("_")
     functional = func if not inplace else None
     inf = info(func)
-    acc = _Args()
+    acc = _Args(inf)
     tpl = tuple([acc.entry(a, i in inf.scalar_pos) for i, a in enumerate(args)])
     ktpl = tuple([(k, acc.entry(v, k in inf.scalar_kw)) for k, v in kwargs.items()])
     ktpl = (*ktpl, ("__rng__", (acc.add(seed), acc.add(offset))))
