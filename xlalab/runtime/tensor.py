@@ -326,7 +326,8 @@ class OpInfo:
 
 
 _INDEXING = frozenset(
-    f"aten::{n}" for n in ("index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index", "_unsafe_index_put")
+    f"aten::{n}"
+    for n in ("index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index", "_unsafe_index_put")
 )
 
 
