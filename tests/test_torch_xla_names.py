@@ -20,8 +20,9 @@ import subprocess
 import sys
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -30,6 +31,7 @@ import xlalab
 import xlalab.compat as compat
 import xlalab.core.xla_model as xm
 import xlalab.debug.metrics as met
+from xlalab.core.moved_optimizers import XlaOptimizerBuiltBeforeMoveWarning
 from xlalab.core.weight_tying import XlaWeightTyingWarning
 
 from .conftest import counter
@@ -461,6 +463,57 @@ def test_tie_after_to_is_silent_and_updates_reach_both(dev: torch.device) -> Non
     _train(model, dev)
     assert model.a.weight is model.b.weight
     assert not torch.equal(model.a.weight.detach().cpu(), before)
+
+
+def _steps(
+    model: torch.nn.Module, opt: torch.optim.Optimizer, dev: torch.device, steps: int = 3
+) -> list[float]:
+    torch.manual_seed(3)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = model(torch.randn(5, 4).to(dev)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach().cpu()))
+    return losses
+
+
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    lambda ps: torch.optim.AdamW(ps, lr=0.05),
+], ids=["sgd", "adamw"])  # fmt: skip
+def test_an_optimizer_built_before_the_move_trains_the_moved_model(
+    make: Callable[..., Any], dev: torch.device
+) -> None:
+    # CUDA's order (optimizer first, then model.to) trains there; the move to xla makes new
+    # Parameters, so the optimizer is pointed at them, its state moved along, and told once.
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 2))
+    model = copy.deepcopy(eager)
+    eager_opt, opt = make(eager.parameters()), make(model.parameters())
+    want = _steps(eager, eager_opt, torch.device("cpu"), 2)
+    assert _steps(model, opt, torch.device("cpu"), 2) == want  # state made on the CPU first
+    with pytest.warns(XlaOptimizerBuiltBeforeMoveWarning) as record:
+        model.to(dev)
+    assert record[0].filename == __file__ and "build the optimizer after model.to(device)" in str(
+        record[0].message
+    )
+    assert all(p is q for p, q in zip(opt.param_groups[0]["params"], model.parameters()))
+    got = _steps(model, opt, dev)
+    torch.testing.assert_close(got, _steps(eager, eager_opt, torch.device("cpu")))
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach())
+
+
+def test_an_optimizer_built_after_the_move_is_left_alone(dev: torch.device) -> None:
+    model = torch.nn.Linear(4, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", XlaOptimizerBuiltBeforeMoveWarning)
+        model.to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model.to(dev)
+    assert opt.param_groups[0]["params"][0] is model.weight
 
 
 def test_xm_save_keeps_containers_and_parameters(dev: torch.device, tmp_path: Path) -> None:

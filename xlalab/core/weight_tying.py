@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from . import moved_optimizers
+
 
 class XlaWeightTyingWarning(UserWarning):
     """A Parameter tied before ``.to(xla)`` was split in two by the move (xlalab re-ties it)."""
@@ -61,6 +63,22 @@ def _ties(root: torch.nn.Module) -> list[list[_Place]]:
         if len(distinct) > 1:
             groups.append(distinct)
     return groups
+
+
+def _places(root: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Parameter]]:
+    return [(m, n, p) for m in root.modules() for n, p in m._parameters.items() if p is not None]
+
+
+def _moved(
+    places: list[tuple[torch.nn.Module, str, torch.nn.Parameter]],
+) -> list[tuple[torch.nn.Parameter, torch.nn.Parameter]]:
+    """(old, new) per Parameter that a move to or from xla replaced, once per old one."""
+    moved: dict[int, tuple[torch.nn.Parameter, torch.nn.Parameter]] = {}
+    for m, n, old in places:
+        new = m._parameters.get(n)
+        if new is not None and new is not old and (_on_xla(new) or _on_xla(old)):
+            moved.setdefault(id(old), (old, new))
+    return list(moved.values())
 
 
 def _on_xla(t: torch.Tensor | None) -> bool:
@@ -132,6 +150,7 @@ def install() -> None:
             return original(self, *args, **kwargs)
         before = _ties(self)
         was_on_xla = [_on_xla(g[0][0]._parameters[g[0][1]]) for g in before]
+        held = _places(self)
         _state.depth = 1
         try:
             out = original(self, *args, **kwargs)
@@ -139,6 +158,10 @@ def install() -> None:
             _state.depth = 0
         if before:
             _retie(self, before, was_on_xla)
+        moved = _moved(held)
+        held = []  # ``moved`` holds the replaced Parameters now, and nothing else here does
+        if moved:
+            moved_optimizers.follow(moved, stacklevel=_user_stacklevel() + 1)
         return out
 
     torch.nn.Module._apply = _apply  # type: ignore[method-assign]
