@@ -41,15 +41,16 @@ def follow(moved: Sequence[tuple[torch.nn.Parameter, torch.nn.Parameter]], stack
             held[id(old)] = (old, new)
     if not held:
         return
+    old_device = next(iter(held.values()))[0].device
     repointed = [opt for opt in _optimizers() if _repoint(opt, held)]
     for opt in repointed:
         device = next((p.device for g in opt.param_groups for p in g["params"]), "xla")
         warnings.warn(
             f"{type(opt).__name__} was built before the model moved to {device} and held the "
-            "Parameters the move replaced, so it would have updated CPU copies the model no longer "
-            "uses (the loss would never improve). xlalab pointed it at the moved Parameters, as on "
-            "CUDA; torch_xla would not. To be portable, build the optimizer after "
-            "model.to(device).",
+            f"Parameters the move replaced, so it would have gone on updating their {old_device} "
+            "copies, which the model no longer uses (the loss would never improve). xlalab pointed "
+            "it at the moved Parameters, as on CUDA; torch_xla would not. To be portable, build "
+            "the optimizer after model.to(device).",
             XlaOptimizerBuiltBeforeMoveWarning,
             stacklevel=stacklevel,
         )
