@@ -274,6 +274,24 @@ def test_decorated_functions_are_reported_under_their_own_names(dev: torch.devic
     assert [words for _, words, _ in rep.recompiles] == ["`input_ids.size(1)` changed 4 → 6"]
 
 
+def test_a_train_step_that_starts_with_zero_grad_reports_its_recompile(dev: torch.device) -> None:
+    # opt.zero_grad() first breaks the graph at once: the step's forward is in the part after
+    # that break, so that part's recompile is the function's, said once, at the user's call.
+    dynamo.reset()
+    w = WORKLOADS["mlp"]
+    model = w.make_model(0).to(dev)
+    opt = w.make_optimizer(model.parameters())
+    step = torch.compile(train_step, backend="xlalab")
+    step(w, model, opt, *w.make_batch(0, 4, dev))
+    step(w, model, opt, *w.make_batch(1, 3, dev))  # CALL-WITH-3
+    (rep,) = [r for r in dynamo.compiled_functions() if r.name == "train_step"]
+    lines, first = inspect.getsourcelines(test_a_train_step_that_starts_with_zero_grad_reports_its_recompile)
+    call = first + next(i for i, t in enumerate(lines) if "# CALL-WITH-3" in t)
+    assert [(words, where.line if where else None) for _, words, where in rep.recompiles] == [
+        ("`inputs.size(0)` changed 4 → 3", call)
+    ]
+
+
 def test_explain_guard_in_plain_words() -> None:
     assert dynamo.explain_guard("0/0: tensor 'x' size mismatch at index 0. expected 16, actual 15") == (
         "`x.size(0)` changed 16 → 15"

@@ -25,6 +25,7 @@ its graphs (each with the FX code and the programs compiled for it), breaks and 
 from __future__ import annotations
 
 import inspect
+import itertools
 import os
 import re
 from collections.abc import Callable
@@ -251,10 +252,17 @@ def note_dynamo_graph(gm: Any) -> str:
             advice = break_advice(reason)
             events.publish(GraphBreakEvent(function=rep.name, reason=reason, advice=advice, frames=frames))
     guard = _recompile_reason() if index == 0 or code is not None else None
-    if guard is not None and code is not None and not _RESUME.match(code.co_name):
+    if guard is not None and code is not None:
         words = explain_guard(guard, _wrapper_arguments(code, wrapper) if wrapper is not None else None)
         call = user_frames()
-        rep.recompiles.append((guard, words, call[0] if call else None))
+        resume = _RESUME.match(code.co_name)
+        if resume:  # the call is past the function's own frame, which runs the part after its break
+            own = (code.co_filename, resume.group(1))
+            call = tuple(itertools.dropwhile(lambda f: (f.file, f.function) == own, call))
+        where = call[0] if call else None
+        if resume and _same_change(rep, words, where):
+            return label  # the function's own frame recompiled for this change already
+        rep.recompiles.append((guard, words, where))
         metrics.count(RECOMPILES_COUNTER)
         if listening:
             events.publish(
@@ -263,6 +271,17 @@ def note_dynamo_graph(gm: Any) -> str:
                 )
             )
     return label
+
+
+def _same_change(rep: FunctionReport, words: str, where: Frame | None) -> bool:
+    """Whether the part of a function after a graph break recompiles for the change that made
+    the function's own frame recompile, at the same call (``x.size(0)`` changed 6 → 5 there,
+    the value computed from ``x`` changed 6 → 5 here). A part that recompiles alone (the
+    function's frame only ran ``opt.zero_grad()`` before its break) is reported."""
+    if not rep.recompiles:
+        return False
+    _, last_words, last_where = rep.recompiles[-1]
+    return last_where == where and last_words.rpartition(" changed ")[2] == words.rpartition(" changed ")[2]
 
 
 def note_aot_graph(label: str, part: str, gm: Any, compiled: Any) -> None:
