@@ -228,6 +228,23 @@ def test_xla_graph_shows_a_compiled_functions_fx_graphs_and_hlo(shell: Shell) ->
     assert "=== graph 0: forward StableHLO" in stable and "stablehlo.tanh" in stable
 
 
+def test_a_loop_of_compiled_train_steps_needs_no_step_barrier(shell: Shell) -> None:
+    # Each compiled step runs its programs (the optimizer's too) and leaves nothing pending:
+    # the lazy-mode finding about a missing xm.mark_step() does not apply.
+    shell.ok(
+        "import torch, xlalab\nfrom xlalab.testing.workloads import WORKLOADS, train_step\n"
+        "dev = xlalab.device()\nw = WORKLOADS['mlp']\nmodel = w.make_model(0).to(dev)\n"
+        "opt = w.make_optimizer(model.parameters())\n"
+        "step = torch.compile(train_step, backend='xlalab')\nbatch = w.make_batch(0, 4, dev)"
+    )
+    out = shell.ok("for _ in range(3):\n    loss = step(w, model, opt, *batch)")
+    assert "No step barrier" not in out, out
+    # The same loop run lazily, without its barrier, is still the mistake.
+    out = shell.ok("for _ in range(3):\n    loss = train_step(w, model, opt, *batch)")
+    assert "No step barrier: the pending graph keeps growing" in out, out
+    shell.ok("xlalab.mark_step()")
+
+
 def test_xla_graph_on_a_decorated_function_compiled_with_openxla(shell: Shell) -> None:
     # torch_xla's backend name, and a decorator (as on every Hugging Face forward): the graphs
     # are the decorated function's, under its own name and line.

@@ -6,7 +6,8 @@ reads a value, and then compiles and runs all of it at once (and again, larger, 
 
 The runtime cannot see a loop, but torch tells anyone who asks when an optimizer steps
 (``torch.optim``'s global step hook), and the runtime's events say when a step barrier ran.
-Two optimizer steps with no barrier in between is the mistake, exactly; the user's line that
+Two optimizer steps with no barrier in between, each leaving work pending, is the mistake,
+exactly (a compiled optimizer step runs its program and leaves nothing); the user's line that
 called ``optimizer.step()`` and the size of the pending graph say where and how bad.
 Watching costs one hook call per optimizer step and never touches a tensor.
 """
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from xlalab.runtime import events
+from xlalab.runtime import events, storage
 from xlalab.runtime.frames import Frame, user_frames
 
 __all__ = ["PENDING_LIMIT", "BarrierWatch", "pending_graph", "pending_nodes"]
@@ -60,6 +61,11 @@ class BarrierWatch:
 
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not _on_xla(optimizer):
+            return
+        if not storage.any_pending():
+            # The step left nothing pending: it ran (a compiled optimizer step, eager debug
+            # mode), as a barrier would have made it. Nothing grows.
+            self.barrier()
             return
         self.steps += 1
         self.frames = user_frames()
