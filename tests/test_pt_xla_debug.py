@@ -760,6 +760,31 @@ def test_analysis_names_dynamos_graph_breaks_and_recompiles(
     assert "XLA compiles one program per shape" in text and "pad to a few fixed sizes" in text
 
 
+def test_a_compiled_train_step_is_told_in_compiled_modes_words(
+    dev: torch.device, debug: Callable[[], str]
+) -> None:
+    # A compiled program's input that is still pending lazy work (here a product made before
+    # the call) is run first by the runtime, which is not user code reading a value. torch.optim's
+    # own break is placed at the user's opt.step(), not inside torch.optim.
+    import inspect
+
+    import xlalab.dynamo as dynamo
+    from xlalab.testing.workloads import WORKLOADS, train_step
+
+    dynamo.reset()
+    torch.compile(lambda x: x.sin(), backend="xlalab")(torch.ones(3, device=dev) * 2.5)
+    blocks = debug()
+    assert "dynamo is executing a compiled program whose input is still pending lazy work" in blocks
+    assert "most likely user code trying to access tensor value" not in blocks
+    w = WORKLOADS["mlp"]
+    model = w.make_model(0).to(dev)
+    opt = w.make_optimizer(model.parameters())
+    torch.compile(train_step, backend="xlalab")(w, model, opt, *w.make_batch(0, 4, dev))
+    lines, first = inspect.getsourcelines(train_step)
+    opt_step = first + next(i for i, t in enumerate(lines) if t.strip() == "opt.step()")
+    assert f"workloads.py:{opt_step} (train_step): graph break: dynamo split train_step here" in pxd.report()
+
+
 def _reads_a_value(x: torch.Tensor) -> torch.Tensor:
     if x.sum().item() > 0:  # ITEM-BREAK
         return x * 2

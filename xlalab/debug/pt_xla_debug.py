@@ -104,6 +104,14 @@ _ACCESS = {
     "copy": "copy_ between a pending xla tensor and another device",
     "to": "the value was moved to another xla device (.to())",
 }
+# Syncs compiled mode makes on its own, not a read in the user's code.
+_RUNTIME_SYNCS = {
+    "dynamo_input": "dynamo is executing a compiled program whose input is still pending lazy work "
+    "(ops run outside the compiled function, such as the gradient backward() starts from): that "
+    "work runs first",
+    "dynamo_output": "dynamo is executing a compiled program that returns a CPU tensor: its value "
+    "is copied to the CPU",
+}
 _ACCESS_SHORT = {
     "item": ".item()",
     "tolist": ".tolist()",
@@ -398,6 +406,9 @@ def _cause_lines(reason: str, op: str | None = None) -> list[str]:
         # The runtime names the op in the reason ("fallback:aten::nonzero").
         what = op or reason.partition(":")[2] or "an op"
         return [f"  {what} has no XLA lowering: it runs on the CPU and needs its inputs' values (fallback)"]
+    runtime = _RUNTIME_SYNCS.get(reason)
+    if runtime is not None:
+        return [f"  {runtime}"]
     exact = _ACCESS.get(reason, f"the runtime synced for {reason!r}")
     return [f"  most likely user code trying to access tensor value before {barrier}", f"  xlalab: {exact}"]
 

@@ -248,7 +248,10 @@ def note_dynamo_graph(gm: Any) -> str:
         reason = _first_line(str(cause.reason))
         rep.breaks.append((reason, where))
         if listening:
+            # Innermost first and the user's own, as every event's frames (a break inside
+            # torch.optim's step is at the user's ``opt.step()``).
             frames = tuple(Frame(s.filename, s.lineno or 0, s.name) for s in reversed(stack))
+            frames = tuple(f for f in frames if not f.file.startswith(_TORCH_DIR)) or frames
             advice = break_advice(reason)
             events.publish(GraphBreakEvent(function=rep.name, reason=reason, advice=advice, frames=frames))
     guard = _recompile_reason() if index == 0 or code is not None else None
