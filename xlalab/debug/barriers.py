@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from xlalab.runtime import events, storage
+from xlalab.runtime import events, ir
 from xlalab.runtime.frames import Frame, user_frames
 
 __all__ = ["PENDING_LIMIT", "BarrierWatch", "pending_graph", "pending_nodes"]
@@ -62,9 +62,9 @@ class BarrierWatch:
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not _on_xla(optimizer):
             return
-        if not storage.any_pending():
-            # The step left nothing pending: it ran (a compiled optimizer step, eager debug
-            # mode), as a barrier would have made it. Nothing grows.
+        if not _left_pending(optimizer):
+            # The step's updates are on the device already: it ran (a compiled optimizer step,
+            # eager debug mode), as a barrier would have made it. Nothing grows.
             self.barrier()
             return
         self.steps += 1
@@ -84,6 +84,16 @@ class BarrierWatch:
     def missing(self) -> bool:
         """Whether optimizer steps ran with no barrier between them."""
         return self.steps >= MIN_STEPS
+
+
+def _left_pending(optimizer: Any) -> bool:
+    """Whether the optimizer's step left its parameters' new values pending (lazy mode)."""
+    for group in getattr(optimizer, "param_groups", ()):
+        for p in group.get("params", ()):
+            st = getattr(p, "_st", None)
+            if st is not None and st.node.op is not ir.DATA:
+                return True
+    return False
 
 
 def _on_xla(optimizer: Any) -> bool:

@@ -83,15 +83,6 @@ def pending_storages(device: int | None = None) -> list[Storage]:
     return out
 
 
-def any_pending() -> bool:
-    """Whether some live storage holds pending IR (stops at the first)."""
-    for ref in list(_pending.values()):
-        st = ref()
-        if st is not None and st.node.op is not ir.DATA and st.node.op is not ir.ERROR:
-            return True
-    return False
-
-
 def forget_pending(storages: list[Storage]) -> None:
     for st in storages:
         _pending.pop(st.serial, None)
