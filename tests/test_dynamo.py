@@ -433,20 +433,25 @@ def test_outputs_aliasing_an_input_in_a_dynamic_graph(dev: torch.device) -> None
     assert float(yx[2:4].abs().sum().cpu()) == 0.0
 
 
+def _script_lines(script: str) -> list[str]:
+    """What a fresh Python process running ``script`` printed, line by line (it must succeed)."""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip().splitlines()
+
+
 def test_backend_registers_when_dynamo_loads() -> None:
     # ``import xlalab.dynamo`` does not pay for dynamo's import; torch.compile's import installs it.
-    script = (
+    lines = _script_lines(
         "import sys, torch, xlalab, xlalab.dynamo\n"
         "assert 'torch._dynamo' not in sys.modules\n"
         "f = torch.compile(lambda x: (x * 2).relu(), backend='xlalab')\n"
         "print(f(torch.tensor([-1.0, 2.0], device=xlalab.device())).cpu().tolist())\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "[0.0, 4.0]"
+    assert lines[-1] == "[0.0, 4.0]"
     # torch_xla's backend name without torch_xla's names: say how to get them, not torch's
     # "install torch_xla"; then the same process compiles with it.
-    script = (
+    error, result = _script_lines(
         "import torch, xlalab\n"
         "f = lambda x: (x * 2).relu()\n"
         "x = torch.tensor([-1.0, 2.0], device=xlalab.device())\n"
@@ -455,10 +460,7 @@ def test_backend_registers_when_dynamo_loads() -> None:
         "xlalab.use_torch_xla_names()\n"
         "torch._dynamo.reset()\n"
         "print(torch.compile(f, backend='openxla')(x).cpu().tolist())\n"
-    )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    error, result = out.stdout.strip().splitlines()[-2:]
+    )[-2:]
     assert "xlalab.use_torch_xla_names()" in error and 'backend="xlalab"' in error
     assert result == "[0.0, 4.0]"
 
