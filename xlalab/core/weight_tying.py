@@ -20,6 +20,9 @@ objects after it, and one side of the move is an xla device, it:
 
 Buffers are not re-tied: eager PyTorch replaces every buffer on a move and breaks their
 sharing too.
+
+The same hook hands the Parameters a move replaced to :mod:`xlalab.core.moved_optimizers`, so
+that an optimizer built before the move follows them.
 """
 
 from __future__ import annotations

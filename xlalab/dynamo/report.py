@@ -183,7 +183,7 @@ def _wrapped_by(code: Any, closure: tuple[Any, ...] | None) -> Any:
             and len(fn.__closure__) == len(closure)
             and all(a is b for a, b in zip(fn.__closure__, closure))
         ):
-            return getattr(fn, "__wrapped__", None) and fn
+            return fn if hasattr(fn, "__wrapped__") else None
     return None
 
 
