@@ -66,6 +66,20 @@ def test_a_zero_of_the_wrong_sign_is_a_mismatch_where_the_result_is_exact() -> N
     assert finding is not None and finding.op == "mul"
 
 
+def test_a_step_that_magnifies_an_ulp_of_an_inexact_input_is_not_kept() -> None:
+    # log1p of erf(-3) in float32: erf is an ulp from eager's on xla (within tolerance), and
+    # log1p near -1 turns that ulp into a 2.5e-4 relative difference. Of an exact input (an
+    # input value, not a transcendental's result) the same step is kept: nothing to magnify.
+    from xlalab.testing.fuzz.strategies import replay
+
+    x = Input("float32", (3,), (0.0, 0.0, -3.0))
+    magnified = Program((x,), (Step("erf", (0,), {}), Step("log1p", (1,), {})))
+    assert replay(magnified) is None
+    assert replay(Program((x,), (Step("erf", (0,), {}), Step("exp", (1,), {})))) is not None
+    near = Input("float32", (2,), (-0.9999779462814331, 0.5))
+    assert replay(Program((near,), (Step("log1p", (0,), {}),))) is not None
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")  # eager's own (std of one element...)
 def test_a_campaign_shrinks_each_finding_once_and_saves_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
