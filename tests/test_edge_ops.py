@@ -2,7 +2,8 @@
 dtypes and shapes, or the same error (type and message) raised by the op itself, never by a
 later sync.
 
-Classes: padding (every ``F.pad`` mode, in 1-3 spatial dims, padding eager refuses included, and
+Classes: ops that take a dim, on a 0-d tensor (torch takes dim 0 and -1 there as the one dim
+of size 1), padding (every ``F.pad`` mode, in 1-3 spatial dims, padding eager refuses included, and
 the backward of reflect/replicate), ``Tensor.view(dtype)`` across element sizes (reads and writes
 through the view), the window functions, and ``arange`` with integer dtypes and fractional
 arguments (also into ``out=``).
@@ -351,3 +352,36 @@ def test_fixed_ops_run_without_cpu_fallback(dev: torch.device, fresh_metrics: No
     assert met.counter_value("xla::reflection_pad2d_backward") == 1
     for t in (x.grad, window, ints, out, viewed):
         assert t is not None and t.device == dev
+
+
+_ZERO_D_DIM_OPS: dict[str, Callable[[torch.Tensor], Any]] = {
+    "flip": lambda t: t.flip(0),
+    "flip_last": lambda t: t.flip(-1),
+    "roll": lambda t: torch.roll(t, 1, 0),
+    "cumsum": lambda t: t.cumsum(-1),
+    "cumprod": lambda t: t.cumprod(0),
+    "logcumsumexp": lambda t: t.logcumsumexp(0),
+    "cummax": lambda t: t.cummax(0),
+    "sort": lambda t: t.sort(0),
+    "argsort": lambda t: t.argsort(-1),
+    "topk": lambda t: t.topk(1, 0),
+    "kthvalue": lambda t: t.kthvalue(1, 0),
+    "softmax": lambda t: t.softmax(0),
+    "log_softmax": lambda t: t.log_softmax(-1),
+    "logsumexp": lambda t: t.logsumexp(0),
+    "sum": lambda t: t.sum(0),
+    "amax": lambda t: t.amax(-1),
+    "argmax": lambda t: t.argmax(0),
+    "norm": lambda t: t.norm(dim=0),
+    "squeeze": lambda t: t.squeeze(0),
+    "unsqueeze": lambda t: t.unsqueeze(-1),
+    "index_select": lambda t: t.index_select(0, torch.tensor([0], device=t.device)),
+    "gather": lambda t: t.gather(0, torch.tensor(0, device=t.device)),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_ZERO_D_DIM_OPS))
+def test_ops_taking_a_dim_on_a_zero_d_tensor(op: str, dev: torch.device) -> None:
+    fn = _ZERO_D_DIM_OPS[op]
+    x = torch.tensor(1.5)
+    _assert_same(_outcome(fn, x), _outcome(fn, x.to(dev)))

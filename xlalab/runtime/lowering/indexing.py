@@ -330,7 +330,8 @@ def _tril(x: Array, diagonal: int = 0) -> Array:
 
 @lowering(aten.flip.default)
 def _flip(x: Array, dims: Sequence[int]) -> Array:
-    return jnp.flip(x, tuple(dims)) if len(dims) else x
+    # A 0-d tensor takes dim 0 (or -1) in torch, as one of size 1: nothing to reverse.
+    return jnp.flip(x, tuple(dims)) if len(dims) and x.ndim else x
 
 
 @lowering(aten.roll.default)
