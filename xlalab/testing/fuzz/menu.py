@@ -63,7 +63,8 @@ class Value:
 # (max/min over a dim read the value at the first maximal index, as eager does: not listed)
 SIGN_OF_ZERO_OPEN = frozenset(
     {"maximum", "minimum", "fmax", "fmin", "amax", "amin", "max_all", "cummax", "clamp", "clamp_",
-     "clamp_min", "clamp_max", "hardtanh", "relu"}
+     "clamp_min", "clamp_max", "hardtanh", "relu",
+     "topk", "topk_indices"}  # which of tied 0.0 and -0.0 topk picks is unspecified too
 )  # fmt: skip
 READS_SIGN_OF_ZERO = frozenset(
     {"reciprocal", "rsqrt", "div", "div_floor", "div_trunc", "floor_divide", "remainder", "fmod", "atan2",
