@@ -385,3 +385,71 @@ def test_ops_taking_a_dim_on_a_zero_d_tensor(op: str, dev: torch.device) -> None
     fn = _ZERO_D_DIM_OPS[op]
     x = torch.tensor(1.5)
     _assert_same(_outcome(fn, x), _outcome(fn, x.to(dev)))
+
+
+def _integer_conv_cases(count: int) -> list[dict[str, Any]]:
+    """Convolution geometries drawn from a fixed seed: 1-3 spatial dims, stride, padding,
+    dilation, groups, transposed with output padding."""
+    import random
+
+    rng = random.Random(20261126)
+    cases = []
+    for i in range(count):
+        nd, groups = rng.choice((1, 2, 3)), rng.choice((1, 2))
+        transposed = i % 3 == 2
+        stride = [rng.randint(1, 3) for _ in range(nd)]
+        dilation = [rng.randint(1, 2) for _ in range(nd)]
+        kernel = [rng.randint(1, 3) for _ in range(nd)]
+        case = {
+            "nd": nd, "groups": groups, "transposed": transposed, "stride": stride, "dilation": dilation,
+            "padding": [rng.randint(0, (k - 1) * d) for k, d in zip(kernel, dilation, strict=True)],
+            "output_padding": [rng.randint(0, max(s, d) - 1) for s, d in zip(stride, dilation, strict=True)]
+            if transposed else [0] * nd,
+            "input": [rng.randint(1, 2), groups * rng.randint(1, 2), *(rng.randint(5, 7) for _ in range(nd))],
+            "kernel": kernel, "out_per_group": rng.randint(1, 2), "bias": rng.random() < 0.5,
+        }  # fmt: skip
+        cases.append(case)
+    return cases
+
+
+def _conv_id(case: dict[str, Any]) -> str:
+    return f"{case['nd']}d{'-transposed' if case['transposed'] else ''}"
+
+
+@pytest.mark.parametrize("case", _integer_conv_cases(12), ids=_conv_id)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8])
+def test_integer_convolution(case: dict[str, Any], dtype: torch.dtype, dev: torch.device) -> None:
+    """Integer convolutions equal eager's exactly, overflow wrapping included; they run on every
+    backend: XLA:GPU has no integer convolution, so xlalab writes them out of slices and sums."""
+    g = case["groups"]
+    cin = case["input"][1]
+    wshape = [cin, case["out_per_group"]] if case["transposed"] else [g * case["out_per_group"], cin // g]
+    info = torch.iinfo(dtype)
+    high = min(info.max, 2**40)  # int64 products overflow and wrap, as eager's do
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(-high, high, case["input"], generator=gen, dtype=dtype)
+    w = torch.randint(-high, high, wshape + case["kernel"], generator=gen, dtype=dtype)
+    bias = torch.randint(-high, high, [w.shape[1] * g if case["transposed"] else w.shape[0]], dtype=dtype)
+    bias = bias if case["bias"] else None
+
+    def conv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        return torch.ops.aten.convolution(
+            x, w, b, case["stride"], case["padding"], case["dilation"], case["transposed"],
+            case["output_padding"], g,
+        )  # fmt: skip
+
+    # Where eager's kernels refuse a dtype (dilated int32), xla raises eager's error.
+    on_dev = [x.to(dev), w.to(dev), None if bias is None else bias.to(dev)]
+    _assert_same(_outcome(conv, x, w, bias), _outcome(lambda *a: conv(*a).cpu(), *on_dev))
+
+
+def test_integer_convolution_uses_no_hlo_convolution(dev: torch.device) -> None:
+    """XLA:GPU refuses an integer HLO convolution ("UNIMPLEMENTED", "All backends failed to
+    find supported configs"); the program xlalab builds has none, on any platform."""
+    from xlalab.debug.graph_dump import get_tensors_hlo
+
+    x = torch.randint(-9, 9, (2, 4, 6, 6)).to(dev)
+    y = F.conv2d(x, torch.randint(-9, 9, (4, 2, 3, 3)).to(dev), stride=2, padding=1, dilation=2, groups=2)
+    z = F.conv_transpose2d(x, torch.randint(-9, 9, (4, 2, 2, 2)).to(dev), stride=2, output_padding=1)
+    assert "convolution(" not in get_tensors_hlo([y, z])
+    assert "convolution(" in get_tensors_hlo([F.conv2d(x.float(), torch.ones(4, 4, 3, 3).to(dev))])

@@ -9,6 +9,7 @@ hands them the saved statistics and expects exactly its own formulas.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -66,26 +67,16 @@ def conv(
     dn = _conv_dimension_numbers(nd)
     # Half convolutions accumulate in float32 and round once, as torch's CPU kernels do.
     acc = jnp.float32 if x.dtype in HALF else None
-    if not transposed:
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        out = _integer_conv(x, weight, stride, padding, dilation, transposed, output_padding, groups)
+    elif not transposed:
         pads = [(p, p) for p in padding]
         out = lax.conv_general_dilated(
             x, weight, stride, pads, rhs_dilation=dilation, dimension_numbers=dn,
             feature_group_count=groups, precision=_conv_precision(), preferred_element_type=acc,
         )  # fmt: skip
     else:
-        # A transposed conv is the gradient of a conv: dilate the input by the stride,
-        # convolve with the spatially flipped kernel whose in/out channels are swapped
-        # within each group, and pad so that torch's `padding` crops the full output.
-        k = weight.shape[2:]
-        cin, cout_g = weight.shape[0], weight.shape[1]
-        w = weight.reshape(groups, cin // groups, cout_g, *k)
-        w = jnp.swapaxes(w, 1, 2).reshape(groups * cout_g, cin // groups, *k)
-        w = jnp.flip(w, axis=tuple(range(2, 2 + nd)))
-        out_pad = expand(output_padding, nd)
-        pads = [
-            (d * (kk - 1) - p, d * (kk - 1) - p + op)
-            for kk, p, d, op in zip(k, padding, dilation, out_pad, strict=True)
-        ]
+        w, pads = _as_forward_conv(weight, padding, dilation, output_padding, groups)
         out = lax.conv_general_dilated(
             x, w, (1,) * nd, pads, lhs_dilation=stride, rhs_dilation=dilation, dimension_numbers=dn,
             feature_group_count=groups, precision=_conv_precision(), preferred_element_type=acc,
@@ -93,6 +84,73 @@ def conv(
     if bias is not None:
         out = out + _channel(bias, out.ndim)
     return out if acc is None else out.astype(x.dtype)
+
+
+def _as_forward_conv(
+    weight: Array, padding: Sequence[int], dilation: Sequence[int], output_padding: Ints, groups: int
+) -> tuple[Array, list[tuple[int, int]]]:
+    """The kernel and padding of the plain convolution that computes a transposed one.
+
+    A transposed conv is the gradient of a conv: dilate the input by the stride, convolve with
+    the spatially flipped kernel whose in/out channels are swapped within each group, and pad
+    so that torch's ``padding`` crops the full output."""
+    nd = weight.ndim - 2
+    k = weight.shape[2:]
+    cin, cout_g = weight.shape[0], weight.shape[1]
+    w = weight.reshape(groups, cin // groups, cout_g, *k)
+    w = jnp.swapaxes(w, 1, 2).reshape(groups * cout_g, cin // groups, *k)
+    w = jnp.flip(w, axis=tuple(range(2, 2 + nd)))
+    out_pad = expand(output_padding, nd)
+    pads = [
+        (d * (kk - 1) - p, d * (kk - 1) - p + op)
+        for kk, p, d, op in zip(k, padding, dilation, out_pad, strict=True)
+    ]
+    return w, pads
+
+
+def _integer_conv(
+    x: Array,
+    weight: Array,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    transposed: bool,
+    output_padding: Ints,
+    groups: int,
+) -> Array:
+    """An integer convolution as a sum over kernel offsets of strided slices times weights.
+
+    XLA:GPU compiles convolutions of floating types only (they go to cuDNN), where torch's CPU
+    kernels convolve integers exactly, wrapping on overflow. This form uses slices, products and
+    sums, which every backend has; integer sums wrap the same in any order, so it is exact.
+    It runs on every platform, so the CPU tests check what a GPU runs."""
+    nd = x.ndim - 2
+    if transposed:
+        weight, pads = _as_forward_conv(weight, padding, dilation, output_padding, groups)
+        lhs_dilation, stride = list(stride), [1] * nd
+    else:
+        pads, lhs_dilation = [(p, p) for p in padding], [1] * nd
+    # Padding and input dilation in one pad (interior padding dilates; negative pads crop).
+    spatial_pads = [(lo, hi, d - 1) for (lo, hi), d in zip(pads, lhs_dilation, strict=True)]
+    x = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0), (0, 0, 0), *spatial_pads])
+    n, c, *size = x.shape
+    o, k = weight.shape[0], weight.shape[2:]
+    span = [d * (kk - 1) + 1 for kk, d in zip(k, dilation, strict=True)]
+    out_size = [max(0, (si - sp) // s + 1) for si, sp, s in zip(size, span, stride, strict=True)]
+    xg = x.reshape(n, groups, 1, c // groups, *size)  # N G 1 Cg *S: broadcasts against Og
+    wg = weight.reshape(groups, o // groups, c // groups, *k)  # G Og Cg *K
+    out = jnp.zeros((n, groups, o // groups, *out_size), x.dtype)
+    if 0 in out_size:
+        return out.reshape(n, o, *out_size)
+    for offset in itertools.product(*(range(kk) for kk in k)):
+        start = [0, 0, 0, 0] + [i * d for i, d in zip(offset, dilation, strict=True)]
+        limit = [n, groups, 1, c // groups] + [
+            st + (m - 1) * s + 1 for st, m, s in zip(start[4:], out_size, stride, strict=True)
+        ]
+        window = lax.slice(xg, start, limit, [1, 1, 1, 1, *stride])  # N G 1 Cg *out
+        w_at = wg[(slice(None),) * 3 + offset].reshape(1, groups, o // groups, c // groups, *(1,) * nd)
+        out = out + jnp.sum(window * w_at, axis=3, dtype=x.dtype)
+    return out.reshape(n, o, *out_size)
 
 
 @lowering(aten.convolution_backward.default)
