@@ -21,6 +21,8 @@ Each op lands in one class:
 
 ``python -m xlalab.testing.opinfo_sweep --out docs/op-coverage.md`` runs the whole sweep
 in worker processes (a crash or hang costs one op, not the sweep) and writes the report.
+``--shard K/N`` takes every Nth op from the Kth, so N sweeps can share a larger machine; with
+``PJRT_DEVICE=CUDA`` the same comparison checks the GPU backend against eager CPU.
 ``sweep_op`` is the in-process entry the default test run uses for its subset.
 """
 
@@ -783,7 +785,9 @@ def run_sweep(
                     else:
                         r = OpResult(**rec["result"])
                         results[rec["done"]] = r
-                        log(f"[{len(results)}/{total}] {r.name}: {r.cls} grad={r.grad} ({r.seconds}s)")
+                        failed = r.problems and {"wrong", "error"} & {r.cls, r.grad}
+                        why = f": {r.problems[0][:300]}" if failed else ""
+                        log(f"[{len(results)}/{total}] {r.name}: {r.cls} grad={r.grad} ({r.seconds}s){why}")
                         current = rec["done"] + 1
                 seen = len(lines)
                 if finished:
@@ -995,12 +999,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-samples", type=int, default=MAX_SAMPLES)
     p.add_argument("--no-grad", action="store_true", help="skip the gradient checks")
     p.add_argument("--op-timeout", type=float, default=300.0, help="seconds before a hung op is abandoned")
+    p.add_argument("--shard", help="K/N: every Nth op from the Kth (0-based), to run N sweeps side by side")
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--jsonl", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker is not None:
         _worker(args.ops, args.worker, args.jsonl, args.max_samples, not args.no_grad)
         return 0
+    if args.shard:
+        k, n = (int(x) for x in args.shard.split("/"))
+        args.ops = [op_id(o) for o in _select(load_op_db(), args.ops)][k::n]
     t0 = time.perf_counter()
     results = run_sweep(args.ops, args.max_samples, not args.no_grad, args.op_timeout,
                         lambda s: print(s, flush=True))  # fmt: skip
