@@ -24,3 +24,16 @@ def test_bench_prints_every_table() -> None:
     backends = {r[2] for r in rows if len(r) > 2}
     assert {"eager", "jax.jit", "xlalab", "pipelined"} <= backends, out
     assert not any("failed:" in line for line in out.splitlines()), out
+
+
+def test_profile_step_splits_a_compiled_step() -> None:
+    run = subprocess.run(
+        [sys.executable, "bench/profile_step.py", "--split", "--workload", "mlp", "--steps", "3",
+         "--warmup", "2"],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = run.stdout
+    parts = ("jax.jit step: issue", "compiled step: issue", "JAX executable calls", "4 calls", "xlalab")
+    for part in parts:
+        assert part in out, out
