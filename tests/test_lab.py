@@ -123,6 +123,29 @@ def test_a_batch_change_two_cells_later_warns_naming_the_line_and_the_shape(shel
     assert "xlalab" not in shell.ok("loss = step(15)")
 
 
+def test_a_layer_that_runs_in_some_steps_only_is_another_path_not_a_shape_change(shell: Shell) -> None:
+    """Layer drop (wav2vec2's, HuBERT's): a layer skipped in one step reads other inputs at the
+    same place in the graph; that must read as another code path, never as an input's shape."""
+    shell.ok(
+        "import torch, xlalab.core.xla_model as xm\n"
+        "dev = xm.xla_device()\n"
+        "hidden, head = torch.nn.Linear(32, 32).to(dev), torch.nn.Linear(32, 251).to(dev)\n"
+        "opt = torch.optim.SGD([*hidden.parameters(), *head.parameters()], lr=0.1)\n"
+        "def step(run_hidden):\n"
+        "    h = torch.randn(4, 32).to(dev)\n"
+        "    if run_hidden:\n"
+        "        h = hidden(h)  # THE-LAYER\n"
+        "    loss = head(h).pow(2).mean()\n"
+        "    opt.zero_grad(); loss.backward(); opt.step(); xm.mark_step()\n"
+    )
+    assert "xlalab" not in shell.ok("for _ in range(3):\n    step(False)")
+    out = shell.ok("step(True)")
+    assert "Recompiled: the graph's structure changed" in out, out
+    assert "shape changed" not in out, out
+    assert "the code took another path" in out, out
+    assert "line 8 in step: h = hidden(h)  # THE-LAYER" in out, out
+
+
 def test_quiet_when_nothing_is_wrong(shell: Shell) -> None:
     shell.ok(setup(12))
     for _ in range(3):

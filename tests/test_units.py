@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xlalab.debug import recompiles, units
+from xlalab.debug import graph_diff, recompiles, units
 
 
 @pytest.mark.parametrize(
@@ -109,3 +109,32 @@ def test_rule_functions_agree_with_the_history() -> None:
     assert not recompiles.is_recompile(warm_up=True, same_op_sequence=False)
     assert recompiles.is_recompile(warm_up=True, same_op_sequence=True)
     assert recompiles.is_recompile(warm_up=False, same_op_sequence=False)
+
+
+def _leaf(shape: str) -> graph_diff.NodeSig:
+    return graph_diff.NodeSig("xla::device_data", f"f32[{shape}]", hash(shape), True, None)
+
+
+def _op(name: str, shape: str) -> graph_diff.NodeSig:
+    return graph_diff.NodeSig(name, f"f32[{shape}]", hash((name, shape)), False, None)
+
+
+def test_a_resized_input_is_an_input_shape_change() -> None:
+    old = (_leaf("8,4"), _leaf("4,3"), _op("aten::mm", "8,3"))
+    new = (_leaf("9,4"), _leaf("4,3"), _op("aten::mm", "9,3"))
+    change = graph_diff.first_change(old, new)
+    assert (change.kind, change.old, change.new) == ("input_shape", "f32[8,4]", "f32[9,4]")
+    assert change.input_position == 0
+    # A loop over the resized input's rows adds inputs too: still the input's shape.
+    longer = (_leaf("9,4"), _leaf("4,3"), _leaf("4,3"), _op("aten::mm", "9,3"))
+    assert graph_diff.first_change(old, longer).kind == "input_shape"
+
+
+def test_another_input_at_the_same_place_is_another_path() -> None:
+    """A layer that ran in one step only (layer drop): at the first difference the new graph
+    reads the layer's weight where the old read the head's. The head's weight is in both."""
+    old = (_leaf("4,32"), _leaf("32,251"), _op("aten::mm", "4,251"))
+    new = (_leaf("4,32"), _leaf("32,32"), _op("aten::mm", "4,32"), _leaf("32,251"), _op("aten::mm", "4,251"))
+    change = graph_diff.first_change(old, new)
+    assert change.kind == "ops", change
+    assert (change.old, change.new) == ("aten::mm f32[4,251]", "aten::mm f32[4,32]")

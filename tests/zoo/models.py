@@ -232,4 +232,84 @@ def loss_of(x, y):
         (2, 0),
         (3, 0),
     ),
+    Zoo(
+        "hf_swin",
+        """\
+from transformers import SwinConfig, SwinForImageClassification
+config = SwinConfig(image_size=16, patch_size=2, num_channels=3, embed_dim=16, depths=[2], num_heads=[2],
+                    window_size=4, num_labels=3, drop_path_rate=0.0)  # block 2 shifts its windows: roll, mask
+model = SwinForImageClassification(config).to(dev)
+
+def batch(n, t):
+    x = torch.randn(n, 3, 16, 16).to(dev)  # MADE-x
+    y = torch.randint(0, 3, (n,)).to(dev)  # MADE-y
+    return x, y
+
+def loss_of(x, y):
+    return model(pixel_values=x, labels=y).loss
+""",
+        (2, 0),
+        (3, 0),
+    ),
+    Zoo(
+        "hf_convnext",
+        """\
+from transformers import ConvNextConfig, ConvNextForImageClassification
+config = ConvNextConfig(num_channels=3, num_stages=2, hidden_sizes=[8, 16], depths=[1, 1], num_labels=3)
+model = ConvNextForImageClassification(config).to(dev)
+
+def batch(n, t):
+    x = torch.randn(n, 3, 32, 32).to(dev)  # MADE-x
+    y = torch.randint(0, 3, (n,)).to(dev)  # MADE-y
+    return x, y
+
+def loss_of(x, y):
+    return model(pixel_values=x, labels=y).loss
+""",
+        (2, 0),
+        (3, 0),
+    ),
+    Zoo(
+        "hf_whisper",
+        """\
+from transformers import WhisperConfig, WhisperForConditionalGeneration
+config = WhisperConfig(vocab_size=64, num_mel_bins=8, d_model=32, encoder_layers=1, decoder_layers=1,
+                       encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=37,
+                       decoder_ffn_dim=37, max_source_positions=16, max_target_positions=32,
+                       pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+model = WhisperForConditionalGeneration(config).to(dev)
+
+def batch(n, t):
+    x = torch.randn(n, 8, 32).to(dev)  # MADE-x
+    y = torch.randint(3, 64, (n, t)).to(dev)  # MADE-y
+    return x, y
+
+def loss_of(x, y):
+    return model(input_features=x, labels=y).loss
+""",
+        (2, 5),
+        (2, 6),
+    ),
+    Zoo(
+        "hf_wav2vec2",
+        """\
+from transformers import Wav2Vec2Config, Wav2Vec2ForSequenceClassification
+# Layer drop off: a layer skipped at random is another graph (tests/test_lab.py checks that finding).
+config = Wav2Vec2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37,
+                        conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
+                        num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, num_labels=3,
+                        mask_time_prob=0.0, layerdrop=0.0)
+model = Wav2Vec2ForSequenceClassification(config).to(dev)
+
+def batch(n, t):
+    x = torch.randn(n, t).to(dev)  # MADE-x
+    y = torch.randint(0, 3, (n,)).to(dev)  # MADE-y
+    return x, y
+
+def loss_of(x, y):
+    return model(input_values=x, labels=y).loss
+""",
+        (2, 400),
+        (2, 480),
+    ),
 ]

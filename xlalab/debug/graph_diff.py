@@ -12,6 +12,7 @@ frames only, and can be kept for as long as the session lasts.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -188,6 +189,8 @@ def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
                 return Change("input_shape", j, b.name, a.type, b.type, b.made, input_position=k)
     inputs = 0
     outputs_differ = False
+    old_types = Counter(s.type for s in old if s.leaf)
+    new_types = Counter(s.type for s in new if s.leaf)
     for i, (a, b) in enumerate(zip(old, new)):
         if a == b:
             inputs += b.leaf
@@ -196,14 +199,14 @@ def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
             outputs_differ = True
             continue
         if b.leaf and a.leaf and a.type != b.type:
-            return Change("input_shape", i, b.name, a.type, b.type, b.made, input_position=inputs)
+            # A resized input leaves fewer inputs of its old type and more of its new one. Where
+            # the counts say otherwise, the two graphs read other inputs here (a layer that ran
+            # in one step only): that is another code path, not a shape change.
+            if old_types[a.type] > new_types[a.type] and new_types[b.type] > old_types[b.type]:
+                return Change("input_shape", i, b.name, a.type, b.type, b.made, input_position=inputs)
+            return _ops_change(old, new, i)
         if a.name != b.name:
-            # Name ops, not the inputs they read: an extra loop iteration first shows as its scalar.
-            in_new, in_old = _next_op(new, i), _next_op(old, i)
-            op_new = new[in_new] if in_new is not None else b
-            op_old = old[in_old] if in_old is not None else a
-            at = in_new if in_new is not None else i
-            return Change("ops", at, op_new.name, op_old.name, op_new.name, op_new.made)
+            return _ops_change(old, new, i)
         if a.consts != b.consts:
             changed = [(x, y) for x, y in zip(a.consts, b.consts) if x != y] or [(("", ""), ("", ""))]
             (name, was), (_, now) = changed[0]
@@ -224,6 +227,34 @@ def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
             _outputs(sum(s.output for s in new)), new[first].made, extra=extra, dropped=dropped,
         )  # fmt: skip
     return Change("settings")
+
+
+def _ops_change(old: Sequence[NodeSig], new: Sequence[NodeSig], i: int) -> Change:
+    """The graphs part at position ``i``. Named: the first op from there on that the new graph
+    has more of than the old (an op of the other path; with a layer that ran in one step only,
+    the op at ``i`` may be the same op on another input), preferring one made at a line new to
+    the graph, and the old graph's op at ``i``. Ops, not the inputs they read: an extra loop
+    iteration first shows as its scalar."""
+
+    def key(s: NodeSig) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+        return (s.name, s.type, s.consts)
+
+    old_ops = Counter(key(s) for s in old if not s.leaf)
+    new_ops = Counter(key(s) for s in new if not s.leaf)
+    extra = [j for j in range(i, len(new)) if not new[j].leaf and new_ops[key(new[j])] > old_ops[key(new[j])]]
+    # Best, an extra op made at a line that made nothing in the old graph: the code of the other
+    # path itself (the layer that ran), rather than an op its gradient added to code both share.
+    old_lines = {s.made for s in old if s.made is not None}
+    fresh = [j for j in extra if new[j].made is not None and new[j].made not in old_lines]
+    in_new = (fresh or extra)[0] if extra else _next_op(new, i)
+    in_old = _next_op(old, i)
+    op_new = new[in_new] if in_new is not None else new[i]
+    op_old = old[in_old] if in_old is not None else old[i]
+    at = in_new if in_new is not None else i
+    was, now = op_old.name, op_new.name
+    if was == now:  # the same op on other inputs: say which
+        was, now = f"{was} {op_old.type}", f"{now} {op_new.type}"
+    return Change("ops", at, op_new.name, was, now, op_new.made)
 
 
 def _next_op(sig: Sequence[NodeSig], start: int) -> int | None:
