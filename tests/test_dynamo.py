@@ -293,6 +293,8 @@ def test_a_train_step_that_starts_with_zero_grad_reports_its_recompile(dev: torc
 
 
 def test_explain_guard_in_plain_words() -> None:
+    from xlalab.dynamo.report import guard_advice
+
     assert dynamo.explain_guard("0/0: tensor 'x' size mismatch at index 0. expected 16, actual 15") == (
         "`x.size(0)` changed 16 → 15"
     )
@@ -300,6 +302,50 @@ def test_explain_guard_in_plain_words() -> None:
         "tensor 'L['self']._modules['fc'].weight' dtype mismatch. expected Float, actual Half"
     ) == ("`self.fc.weight.dtype` changed Float → Half")
     assert dynamo.explain_guard("L['n'] == 3") == "`n` is no longer 3 (a Python value baked into the graph)"
+    # As dynamo prints them for torch.optim and for a resume function after a graph break.
+    grad = "28/0: self.param_groups[0]['params'][13].grad is None    # has_sparse_grad = self._init_group("
+    assert dynamo.explain_guard(grad) == (
+        "`self.param_groups[0].params[13].grad` is now a tensor where the graph was compiled for None "
+        "(no gradient)"
+    )
+    assert "layer drop" in guard_advice(grad)
+    assert dynamo.explain_guard("L['mask'] is not None") == (
+        "`mask` is now None where the graph was compiled for a value"
+    )
+    assert dynamo.explain_guard("25/0: not ___stack0.hidden_states    #   # <string>:5 in __init__") == (
+        "`hidden_states` (a value carried across a graph break) is no longer false or empty: "
+        "the code branched on it"
+    )
+
+
+def test_a_layer_that_runs_on_some_steps_only_names_the_gradient_that_appeared(dev: torch.device) -> None:
+    """Layer drop: a step that skipped a layer leaves its parameters without a gradient, and the
+    compiled optimizer step recompiles when they have one again."""
+    dynamo.reset()
+    torch.manual_seed(0)
+    body, extra = nn.Linear(4, 4).to(dev), nn.Linear(4, 4).to(dev)
+    opt = torch.optim.SGD([*body.parameters(), *extra.parameters()], lr=0.1, momentum=0.9)
+
+    @torch.compile(backend="xlalab")
+    def step(x: torch.Tensor, run_extra: bool) -> torch.Tensor:
+        opt.zero_grad()
+        h = body(x)
+        if run_extra:
+            h = extra(h)
+        loss = h.pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    x = torch.randn(2, 4).to(dev)
+    step(x, False)
+    step(x, False)  # the optimizer's state exists from here on
+    step(x, True)
+    words = [(words, guard) for r in dynamo.compiled_functions() for guard, words, _ in r.recompiles]
+    grads = [w for w, guard in words if ".grad" in w]
+    assert grads and "is now a tensor where the graph was compiled for None" in grads[0], words
+    summary = dynamo.summary()
+    assert "layer drop" in summary and "set_to_none=False" in summary, summary
 
 
 def _recompile_explanation(

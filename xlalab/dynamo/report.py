@@ -378,6 +378,9 @@ _TYPE = re.compile(
     r"expected type of '(?P<name>.+)' to be a tensor type, ' but found <class '(?P<found>[\w.]+)'>"
 )
 _GLOBAL = re.compile(r"GLOBAL_STATE changed: (?P<what>[\w(),. ]+?)\s*$")
+# `x is None` / `x is not None`, and a value's truth (`not x`, `x`), with dynamo's trailing comment.
+_NONE = re.compile(r"^(?P<name>[^\s#]+) is (?P<not>not )?None\s*(#.*)?$")
+_TRUTH = re.compile(r"^(?P<not>not )?(?P<name>[A-Za-z_][\w.\[\]']*)\s*(#.*)?$")
 # A global-state entry -> what the user did to change it.
 _GLOBAL_WORDS = {
     "grad_mode": "grad mode changed (a call under torch.no_grad() or set_grad_enabled, where the "
@@ -389,10 +392,12 @@ _SOURCE = re.compile(r"L\['([^']+)'\]|G\['([^']+)'\]")
 
 
 def _pretty(source: str, rename: Callable[[str], str] | None = None) -> str:
-    """``L['x']`` -> ``x``; ``L['self']._modules['fc']`` -> ``self.fc``."""
+    """``L['x']`` -> ``x``; ``L['self']._modules['fc']`` -> ``self.fc``; ``___stack0.h`` (a value
+    dynamo carried across a graph break) -> ``h``."""
     text = _SOURCE.sub(lambda m: m.group(1) or m.group(2), source)
     text = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", text)
     text = re.sub(r"\['([^']+)'\]", r".\1", text)
+    text = re.sub(r"^___stack\d+\.", "", text)
     return rename(text) if rename is not None else text
 
 
@@ -455,6 +460,19 @@ def explain_guard(guard: str, rename: Callable[[str], str] | None = None) -> str
     if m:
         parts = [p.strip() for p in m["what"].split(",") if p.strip()]
         return "; ".join(_global_words(p) for p in parts)
+    m = _NONE.match(first)
+    if m:
+        name = _pretty(m["name"], rename)
+        if m["not"]:
+            return f"`{name}` is now None where the graph was compiled for a value"
+        if name.endswith(".grad"):
+            return f"`{name}` is now a tensor where the graph was compiled for None (no gradient)"
+        return f"`{name}` is no longer None"
+    m = _TRUTH.match(first)
+    if m:
+        was = "false or empty" if m["not"] else "true"
+        carried = " (a value carried across a graph break)" if m["name"].startswith("___stack") else ""
+        return f"`{_pretty(m['name'], rename)}`{carried} is no longer {was}: the code branched on it"
     return _pretty(first, rename)
 
 
@@ -478,6 +496,14 @@ _GUARD_ADVICE = (
      "setting, not on every call"),
     (_EQ, "a Python value is a constant of the graph, so each new value compiles again: if it "
      "changes from call to call, pass it as a tensor on the device (its value is then an input)"),
+    (re.compile(r"\.grad is (not )?None"), "a parameter got a gradient in one step and none in "
+     "another (a layer that runs in some steps only, such as layer drop, or a branch): run every "
+     "layer on every step; zero_grad(set_to_none=False) keeps each .grad a tensor (then a parameter "
+     "without a gradient steps with zeros, which momentum and weight decay still move)"),
+    (_NONE, "a value that is None on some calls and not on others is a graph of each kind: pass "
+     "the same kind of value on every call"),
+    (_TRUTH, "each outcome of a Python branch on this value is a graph of its own: keep the value "
+     "fixed from call to call"),
 )  # fmt: skip
 
 
