@@ -723,3 +723,18 @@ def test_linalg_on_cpu_inputs_moved_to_xla_in_a_compiled_function(solve: Any, de
         warnings.simplefilter("ignore")
         got = torch.compile(lambda a: solve(a.to(dev)), backend="xlalab")(spd)
     torch.testing.assert_close(got.cpu(), solve(spd))
+
+
+def test_a_branch_on_a_tensor_value_says_what_to_change(dev: torch.device) -> None:
+    dynamo.reset()
+
+    @torch.compile(backend="xlalab")
+    def f(x: torch.Tensor) -> torch.Tensor:
+        if torch.rand([]) < 0.5:  # layer drop's draw
+            x = x * 2
+        return x + 1
+
+    f(torch.ones(3).to(dev))
+    summary = dynamo.summary()
+    assert "graph break at test_dynamo.py" in summary and "torch.where" in summary, summary
+    assert "layer drop" in summary, summary

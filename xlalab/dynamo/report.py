@@ -314,6 +314,11 @@ def _first_line(text: str) -> str:
 
 # ----------------------------------------------------------------------------- breaks: what to change
 
+_BRANCH_ADVICE = (
+    "a Python if/while on a tensor's value ends the graph: keep both branches in the graph "
+    "(torch.where, or torch.cond for branches of different ops); a branch on a random draw "
+    "(layer drop: `torch.rand([]) < p`) also makes a graph per outcome, so turn it off"
+)
 # Dynamo's words for a break (a fragment of its reason) -> what the user can change. Breaks that
 # torch makes on purpose say so, so that nobody hunts for a fix that does not exist.
 _BREAK_ADVICE = (
@@ -346,6 +351,14 @@ _BREAK_ADVICE = (
         "Tensor.item",
         "a value read inside the compiled function ends the graph: keep it as a tensor "
         "(torch.where instead of if), or read it after the compiled call",
+    ),
+    ("Data-dependent branching", _BRANCH_ADVICE),
+    ("generic_jump TensorVariable", _BRANCH_ADVICE),  # dynamo's words for `if tensor:` in user code
+    (
+        "setattr() on Tensor.requires_grad",
+        "setting requires_grad inside the compiled function ends the graph: set it before the "
+        "call (Hugging Face's wav2vec2 feature encoder does this in training; "
+        "model.freeze_feature_encoder() skips it when those weights need not train)",
     ),
     (
         "Pending mutations on a parameter",
