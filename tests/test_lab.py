@@ -171,8 +171,26 @@ def test_an_item_inside_a_step_cuts_it_and_says_where(shell: Shell) -> None:
     )
     assert ".item() cut the step (3 times)" in out
     assert "line 3 in <module>: v = model(" in out
+    assert "the read is inside" not in out  # the user's own read: their line says it all
     # Reading a value that is already computed (after mark_step) is not a cut.
     assert "cut the step" not in shell.ok("loss = step(4)\nloss.item()")
+
+
+def test_a_read_inside_a_library_names_the_librarys_line_too(shell: Shell) -> None:
+    """torch's clip_grad_norm_(error_if_nonfinite=True) reads the norm to decide whether to raise:
+    the finding points at the user's call and names the line in torch that read."""
+    shell.ok(setup(19))
+    out = shell.ok(
+        "for _ in range(3):\n"
+        "    loss = model(torch.ones(2, 8, device=dev)).sum()\n"
+        "    loss.backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)\n"
+        "    xm.mark_step()"
+    )
+    assert "cut the step (3 times)" in out, out
+    assert "line 4 in <module>: torch.nn.utils.clip_grad_norm_(" in out, out
+    assert "the read is inside torch/nn/utils/clip_grad.py:" in out, out
+    assert "error_if_nonfinite" in out.split("the read is inside", 1)[1].splitlines()[0], out
 
 
 def test_a_python_branch_on_a_tensor_cuts_the_step_and_points_to_torch_cond(shell: Shell) -> None:
@@ -573,7 +591,8 @@ def test_a_precision_warning_names_the_cell_not_a_temporary_file(shell: Shell) -
 
 
 def test_a_read_inside_an_installed_library_names_the_users_line(shell: Shell) -> None:
-    """statistics.fmean (the standard library) reads the tensors: its frames are context, never the line."""
+    """statistics.fmean (the standard library) reads the tensors: the finding is at the user's
+    line; the library's line is named only as where the read happened."""
     shell.ok("import statistics, torch, xlalab.core.xla_model as xm\ndev = xm.xla_device()")
     out = shell.ok(
         "for k in range(3):\n"
@@ -584,7 +603,9 @@ def test_a_read_inside_an_installed_library_names_the_users_line(shell: Shell) -
     count = shell.sh.execution_count - 1
     assert "xlalab: reading a Python number (float(), int(), bool(), if tensor) cut the step" in out, out
     assert f"  at cell [{count}], line 3 in <module>: m = statistics.fmean([t.sum(), t.mean()])" in out
-    assert "statistics.py" not in out
+    located = [line for line in out.splitlines() if "statistics.py" in line]
+    assert located, out
+    assert all(line.strip().startswith("the read is inside statistics.py:") for line in located), out
 
 
 def test_a_cell_that_leaves_a_huge_pending_graph_says_where_it_grew(shell: Shell) -> None:

@@ -23,6 +23,7 @@ so looking can never compile or transfer anything.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import sys
 import threading
@@ -49,6 +50,15 @@ ACCESS_REASONS = {
     "copy": "copy_ to another device",
 }
 ITEM_OP = "aten::_local_scalar_dense"  # the .item() read, reported as a transfer, not a fallback
+
+
+def _package_path(file: str) -> str:
+    """``.../site-packages/transformers/generation/utils.py`` -> ``transformers/generation/utils.py``."""
+    for marker in ("site-packages", "dist-packages"):
+        _, sep, tail = file.rpartition(marker + os.sep)
+        if sep:
+            return tail
+    return os.path.basename(file)
 DYNAMIC_SHAPE_OPS = {"aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique2"}
 KEEP_GRAPHS = 32
 # Compiled mode (xlalab.dynamo) events, told apart by kind and compile reason: the watcher reads
@@ -711,6 +721,11 @@ class Watcher:
             return None
         nodes = len(ev.graph.nodes)
         advice = [READ_ADVICE]
+        inside = getattr(ev, "inside", None)
+        if inside is not None:  # the read is a library's: say which line, which the user cannot see
+            src = self.cells.source_line(inside)
+            where = f"{_package_path(inside.file)}:{inside.line} in {inside.function}"
+            advice.insert(0, f"the read is inside {where}" + (f": {src}" if src else ""))
         line = self.cells.source_line(site) if site is not None else ""
         if ev.reason == "item" and site is not None and ".item(" not in line:
             what = "reading a Python number (float(), int(), bool(), if tensor)"

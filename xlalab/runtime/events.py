@@ -82,6 +82,9 @@ class SyncEvent(Event):
     graph_hash: int = 0
     graph: Any = None  # the linearized graph that ran (xlalab.runtime.graph.Graph)
     device: str = ""
+    # Where a library's code made the sync (transformers' generate reading a flag), when it did:
+    # ``frames`` holds only user lines, which then end at the call into the library.
+    inside: Frame | None = None
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,28 @@ def ir_frames(limit: int) -> tuple[Frame, ...]:
     return user_frames(limit)
 
 
+_XLALAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+# torch's own plumbing between a read and the code that asked for it (Tensor.__bool__, item,
+# __torch_function__ handling): never the line a user would look for.
+_TORCH_PLUMBING = ("_tensor.py", "_ops.py", "overrides.py", "_compile.py", "utils" + os.sep)
+
+
+def library_caller() -> Frame | None:
+    """Where library code (transformers' generate, torch.nn.utils) made a read: the innermost
+    frame outside xlalab and torch's plumbing, when that frame is a library's; None when user
+    code made it."""
+    f = sys._getframe(1)
+    while f is not None:
+        file = f.f_code.co_filename
+        inside_torch = file.startswith(_TORCH_DIR)
+        plumbing = inside_torch and file[len(_TORCH_DIR) :].startswith(_TORCH_PLUMBING)
+        if not file.startswith(_XLALAB_DIR) and not plumbing and not file.endswith(_STDLIB_SKIP):
+            return Frame(file, f.f_lineno, f.f_code.co_name) if is_library(file) else None
+        f = f.f_back  # type: ignore[assignment]
+    return None
+
+
 def user_frame() -> Frame | None:
     frames = user_frames(1)
     return frames[0] if frames else None

@@ -44,7 +44,7 @@ from . import (
     sharding,  # SPMD: shardings of leaves, pinned outputs and constraints
 )
 from .dtypes import to_jnp
-from .frames import user_frames
+from .frames import library_caller, user_frames
 from .ir import Node
 from .log import vlog
 from .lowering.registry import LOWERINGS
@@ -761,6 +761,7 @@ def execute(
                     num_tensors=len(roots),
                     graph_hash=graph.hash,
                     frames=user_frames(),
+                    inside=library_caller(),
                 )
             )
         if pending_checks:
@@ -847,6 +848,7 @@ def execute(
                 num_tensors=len(roots),
                 graph_hash=prog.graph_hash,
                 frames=user_frames(),
+                inside=library_caller(),
             )
         )
     if pending_checks:
