@@ -95,6 +95,25 @@ def test_a_step_that_magnifies_an_ulp_of_an_inexact_input_is_not_kept() -> None:
     assert replay(Program((near,), (Step("log1p", (0,), {}),))) is not None
 
 
+def test_a_variant_that_makes_a_float_to_int_cast_undefined_is_not_kept() -> None:
+    # Generation draws float-to-int casts of tame values only; a variant that changes `add`'s
+    # scalar to NaN makes the cast's input NaN, whose int value C++ leaves undefined (eager
+    # gave INT_MIN, XLA 0: seed 27110018). The replay must refuse it as generation would.
+    from xlalab.testing.fuzz.strategies import replay
+
+    x = Input("float32", (3,), (0.0, 0.0, 0.0))
+    cast = Step("to", (1,), {"dtype": {"dtype": "int32"}})
+    tame = Program((x,), (Step("add", (0,), {"s": 1, "swap": False}), cast), variant=(0, "s", float("nan")))
+    assert replay(tame) is not None
+    varied = tame.with_variant()
+    assert varied is not None and replay(varied) is None
+    copied = Program(
+        (x, Input("int32", (3,), (1, 2, 3))),
+        (Step("add", (0,), {"s": float("inf"), "swap": False}), Step("copy_", (1, 2), {})),
+    )
+    assert replay(copied) is None
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")  # eager's own (std of one element...)
 def test_a_campaign_shrinks_each_finding_once_and_saves_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path

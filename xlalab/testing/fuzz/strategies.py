@@ -123,6 +123,9 @@ class Probe:
         if op.name in menu.INFINITY_UNSPECIFIED and bool(self.tensors[args[0]].detach().isinf().any()):
             self.last_error = "UnspecifiedInfinity"
             return False
+        if not self._cast_defined(op, args, params):
+            self.last_error = "UndefinedCast"
+            return False
         try:
             exec("\n".join(menu.render(op, args, params, outs)), self.ns)
         except Exception as e:  # eager's verdict on the step
@@ -156,6 +159,18 @@ class Probe:
                     self.special[k] = _special(t)
                     self.signless[k] = self.signless[k] or signless
         return True
+
+    def _cast_defined(self, op: menu.Op, args: tuple[int, ...], params: dict[str, Any]) -> bool:
+        """Float to int of NaN, infinity or a value beyond int32's range is undefined in C++.
+        Generation draws only defined casts, but a variant's changed argument (an added NaN)
+        can make one: checked here on the values the step sees."""
+        if op.name == "to":
+            source, target = self._value(args[0]), str(params["dtype"]["dtype"])
+        elif op.name == "copy_":
+            source, target = self._value(args[1]), self._value(args[0]).dtype
+        else:
+            return True
+        return not (source.is_float and target in menu.INTS and source.special)
 
     def _ill_conditioned(
         self, op: menu.Op, args: tuple[int, ...], params: dict[str, Any], results: list[torch.Tensor]
