@@ -59,6 +59,19 @@ def loss_of(x, y):
 """
 
 
+def _image_classifier(model: str, size: int) -> str:
+    """An image classifier over 3 labels: RGB images of ``size`` x ``size``."""
+    return model + f"""
+def batch(n, t):
+    x = torch.randn(n, 3, {size}, {size}).to(dev)  # MADE-x
+    y = torch.randint(0, 3, (n,)).to(dev)  # MADE-y
+    return x, y
+
+def loss_of(x, y):
+    return model(pixel_values=x, labels=y).loss
+"""
+
+
 ZOO = [
     Zoo(
         "mnist_convnet",
@@ -215,57 +228,42 @@ model = LlamaForCausalLM(config).to(dev)
     ),
     Zoo(
         "hf_vit",
-        """\
+        _image_classifier(
+            """\
 from transformers import ViTConfig, ViTForImageClassification
 config = ViTConfig(image_size=16, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=1,
                    num_attention_heads=2, intermediate_size=37, num_labels=3)
 model = ViTForImageClassification(config).to(dev)
-
-def batch(n, t):
-    x = torch.randn(n, 3, 16, 16).to(dev)  # MADE-x
-    y = torch.randint(0, 3, (n,)).to(dev)  # MADE-y
-    return x, y
-
-def loss_of(x, y):
-    return model(pixel_values=x, labels=y).loss
 """,
+            16,
+        ),
         (2, 0),
         (3, 0),
     ),
     Zoo(
         "hf_swin",
-        """\
+        _image_classifier(
+            """\
 from transformers import SwinConfig, SwinForImageClassification
 config = SwinConfig(image_size=16, patch_size=2, num_channels=3, embed_dim=16, depths=[2], num_heads=[2],
                     window_size=4, num_labels=3, drop_path_rate=0.0)  # block 2 shifts its windows: roll, mask
 model = SwinForImageClassification(config).to(dev)
-
-def batch(n, t):
-    x = torch.randn(n, 3, 16, 16).to(dev)  # MADE-x
-    y = torch.randint(0, 3, (n,)).to(dev)  # MADE-y
-    return x, y
-
-def loss_of(x, y):
-    return model(pixel_values=x, labels=y).loss
 """,
+            16,
+        ),
         (2, 0),
         (3, 0),
     ),
     Zoo(
         "hf_convnext",
-        """\
+        _image_classifier(
+            """\
 from transformers import ConvNextConfig, ConvNextForImageClassification
 config = ConvNextConfig(num_channels=3, num_stages=2, hidden_sizes=[8, 16], depths=[1, 1], num_labels=3)
 model = ConvNextForImageClassification(config).to(dev)
-
-def batch(n, t):
-    x = torch.randn(n, 3, 32, 32).to(dev)  # MADE-x
-    y = torch.randint(0, 3, (n,)).to(dev)  # MADE-y
-    return x, y
-
-def loss_of(x, y):
-    return model(pixel_values=x, labels=y).loss
 """,
+            32,
+        ),
         (2, 0),
         (3, 0),
     ),

@@ -23,7 +23,6 @@ so looking can never compile or transfer anything.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import sys
 import threading
@@ -35,7 +34,7 @@ from typing import Any
 
 from xlalab.debug import analysis_errors, barriers, graph_diff, recompiles
 from xlalab.runtime import events, ir, sharding
-from xlalab.runtime.frames import Frame
+from xlalab.runtime.frames import Frame, library_path
 from xlalab.runtime.frames import is_library as _is_runtime_library
 
 from .cells import CellMap
@@ -51,14 +50,6 @@ ACCESS_REASONS = {
 }
 ITEM_OP = "aten::_local_scalar_dense"  # the .item() read, reported as a transfer, not a fallback
 
-
-def _package_path(file: str) -> str:
-    """``.../site-packages/transformers/generation/utils.py`` -> ``transformers/generation/utils.py``."""
-    for marker in ("site-packages", "dist-packages"):
-        _, sep, tail = file.rpartition(marker + os.sep)
-        if sep:
-            return tail
-    return os.path.basename(file)
 DYNAMIC_SHAPE_OPS = {"aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique2"}
 KEEP_GRAPHS = 32
 # Compiled mode (xlalab.dynamo) events, told apart by kind and compile reason: the watcher reads
@@ -724,7 +715,7 @@ class Watcher:
         inside = getattr(ev, "inside", None)
         if inside is not None:  # the read is a library's: say which line, which the user cannot see
             src = self.cells.source_line(inside)
-            where = f"{_package_path(inside.file)}:{inside.line} in {inside.function}"
+            where = f"{library_path(inside.file)}:{inside.line} in {inside.function}"
             advice.insert(0, f"the read is inside {where}" + (f": {src}" if src else ""))
         line = self.cells.source_line(site) if site is not None else ""
         if ev.reason == "item" and site is not None and ".item(" not in line:

@@ -35,11 +35,10 @@ def _installed_dirs() -> tuple[str, ...]:
     return tuple({d.rstrip(os.sep) + os.sep for p in dirs for d in (p, os.path.realpath(p))})
 
 
-_LIB_DIRS = (
-    os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,  # xlalab itself
-    *_installed_dirs(),
-)
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_XLALAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_INSTALLED_DIRS = _installed_dirs()
+_LIB_DIRS = (_TORCH_DIR, _XLALAB_DIR, *_INSTALLED_DIRS)
 _STDLIB_SKIP = ("contextlib.py", "functools.py", "<frozen ", "threading.py")
 # The machinery that runs a notebook cell sits below the cell's frame on every stack; matched
 # by name so that the runtime never imports it.
@@ -108,8 +107,6 @@ def ir_frames(limit: int) -> tuple[Frame, ...]:
     return user_frames(limit)
 
 
-_XLALAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 # torch's own plumbing between a read and the code that asked for it (Tensor.__bool__, item,
 # __torch_function__ handling): never the line a user would look for.
 _TORCH_PLUMBING = ("_tensor.py", "_ops.py", "overrides.py", "_compile.py", "utils" + os.sep)
@@ -128,6 +125,13 @@ def library_caller() -> Frame | None:
             return Frame(file, f.f_lineno, f.f_code.co_name) if is_library(file) else None
         f = f.f_back  # type: ignore[assignment]
     return None
+
+
+def library_path(file: str) -> str:
+    """A library file as its package spells it: ``transformers/generation/utils.py`` for the
+    file under site-packages (the longest installed directory it is in); else its base name."""
+    dirs = [d for d in _INSTALLED_DIRS if file.startswith(d)]
+    return file[len(max(dirs, key=len)) :] if dirs else os.path.basename(file)
 
 
 def user_frame() -> Frame | None:

@@ -44,7 +44,7 @@ from . import (
     sharding,  # SPMD: shardings of leaves, pinned outputs and constraints
 )
 from .dtypes import to_jnp
-from .frames import library_caller, user_frames
+from .frames import Frame, library_caller, user_frames
 from .ir import Node
 from .log import vlog
 from .lowering.registry import LOWERINGS
@@ -719,6 +719,11 @@ def run_op_by_op(graph: Graph, device: int) -> list[Any]:
     return [env[i] for i in roots]
 
 
+def _read_by_library(reason: str) -> Frame | None:
+    """For a read (not a step barrier), the library line that made it, if a library did."""
+    return None if reason == "mark_step" else library_caller()
+
+
 def _op_by_op(reason: str) -> bool:
     if config.get("XLA_USE_EAGER_DEBUG_MODE"):
         return True
@@ -761,7 +766,7 @@ def execute(
                     num_tensors=len(roots),
                     graph_hash=graph.hash,
                     frames=user_frames(),
-                    inside=library_caller(),
+                    inside=_read_by_library(reason),
                 )
             )
         if pending_checks:
@@ -848,7 +853,7 @@ def execute(
                 num_tensors=len(roots),
                 graph_hash=prog.graph_hash,
                 frames=user_frames(),
-                inside=library_caller(),
+                inside=_read_by_library(reason),
             )
         )
     if pending_checks:

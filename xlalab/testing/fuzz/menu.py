@@ -544,15 +544,16 @@ def draw_inplace_tensor(draw: Draw, env: list[Value]) -> Picked | None:
         return (
             broadcastable(v.shape, target.shape)
             and len(v.shape) <= len(target.shape)
-            and _cast_defined(v, target)
+            and cast_defined(v, target)
         )
 
     b = pick(draw, env, fits)
     return None if b is None else ((a, b), {})
 
 
-def _cast_defined(src: Value, dst: Value) -> bool:
-    """Whether writing ``src`` into ``dst`` (copy_ casts) has a defined result in C++.
+def cast_defined(src: Value, dst: Value) -> bool:
+    """Whether casting ``src`` to ``dst``'s dtype (``to``, or ``copy_`` into ``dst``) has a defined
+    result in C++.
 
     Float to int of NaN, infinity or an out-of-range value is undefined (see draw_cast);
     so is a negative float into an unsigned or narrow int: only int32/int64 of tame floats,

@@ -165,12 +165,11 @@ class Probe:
         Generation draws only defined casts, but a variant's changed argument (an added NaN)
         can make one: checked here on the values the step sees."""
         if op.name == "to":
-            source, target = self._value(args[0]), str(params["dtype"]["dtype"])
-        elif op.name == "copy_":
-            source, target = self._value(args[1]), self._value(args[0]).dtype
-        else:
-            return True
-        return not (source.is_float and target in menu.INTS and source.special)
+            source = self._value(args[0])
+            return menu.cast_defined(source, replace(source, dtype=str(params["dtype"]["dtype"])))
+        if op.name == "copy_":
+            return menu.cast_defined(self._value(args[1]), self._value(args[0]))
+        return True
 
     def _ill_conditioned(
         self, op: menu.Op, args: tuple[int, ...], params: dict[str, Any], results: list[torch.Tensor]
