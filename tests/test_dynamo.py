@@ -738,3 +738,90 @@ def test_a_branch_on_a_tensor_value_says_what_to_change(dev: torch.device) -> No
     summary = dynamo.summary()
     assert "graph break at test_dynamo.py" in summary and "torch.where" in summary, summary
     assert "layer drop" in summary, summary
+
+
+# Every optimizer of torch.optim that steps from ``.grad`` alone (LBFGS needs a closure,
+# SparseAdam sparse gradients), per-tensor and foreach where it has both: the compiled
+# optimizers take code paths of their own (tensor step counters, ``_foreach_*`` overloads with
+# numbers, in-place ops dynamo rewrites as inductor's ``prims.fma``).
+def _optimizer_cases() -> list[tuple[str, bool | None]]:
+    cases: list[tuple[str, bool | None]] = []
+    for name, cls in sorted(vars(torch.optim).items()):
+        if not inspect.isclass(cls) or not issubclass(cls, torch.optim.Optimizer):
+            continue
+        if cls is torch.optim.Optimizer or name in ("LBFGS", "SparseAdam"):
+            continue
+        foreach = "foreach" in inspect.signature(cls).parameters
+        cases += [(name, f) for f in ((False, True) if foreach else (None,))]
+    return cases
+
+
+def _optimizer_steps(name: str, foreach: bool | None, device: Any, backend: str | None) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    model = nn.Linear(3, 4, bias=name != "Muon").to(device)  # Muon takes matrices only
+    kwargs: dict[str, Any] = {"lr": 0.01} if foreach is None else {"lr": 0.01, "foreach": foreach}
+    opt = getattr(torch.optim, name)(model.parameters(), **kwargs)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    run = step if backend is None else torch.compile(step, backend=backend)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        run(torch.randn(5, 3, generator=gen).to(device))
+    return [p.detach().cpu() for p in model.parameters()]
+
+
+@pytest.mark.parametrize(("name", "foreach"), _optimizer_cases())
+def test_every_optimizer_steps_compiled_as_one_program(
+    name: str, foreach: bool | None, dev: torch.device
+) -> None:
+    torch._dynamo.reset()
+    met.clear_all()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        on_xla = _optimizer_steps(name, foreach, dev, "xlalab")
+    # Adafactor reads a number with .item() (a graph break, and torch_xla's counter for a read).
+    assert [op for op in met.executed_fallback_ops() if op != "aten::_local_scalar_dense"] == []
+    assert not [str(w.message) for w in caught if "runs lazily" in str(w.message)]
+    torch._dynamo.reset()
+    # The same compiled graphs run by torch's kernels: what the graph says, to a few ulps (XLA
+    # contracts a multiply and an add into one fused multiply-add where torch's kernels round twice).
+    graphs = _optimizer_steps(name, foreach, "cpu", "eager")
+    eager = _optimizer_steps(name, foreach, "cpu", None)
+    for x, g, e in zip(on_xla, graphs, eager):
+        torch.testing.assert_close(x, g, rtol=1e-6, atol=1e-7)
+        # The compiled optimizers compute some steps in another order than eager's.
+        torch.testing.assert_close(x, e, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_inplace_ops_dynamo_writes_as_fma(dtype: torch.dtype, dev: torch.device) -> None:
+    # x.addcmul_(a, b, value=v), x.addcdiv_(a, b, value=v) and x.add_(y, alpha=tensor) reach the
+    # backend as inductor's prims.fma: one program, the values of the graph run by torch's kernels
+    # (to an ulp: XLA fuses a multiply and an add, and keeps bfloat16 products in float32).
+    def update(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        x.addcmul_(a, b, value=0.3)
+        x.addcdiv_(a, b, value=1.7)
+        x.add_(a, alpha=alpha)
+        return x * 2
+
+    gen = torch.Generator().manual_seed(0)
+    # Positive terms: a result that cancels would turn an ulp of difference into many.
+    inputs = [(torch.rand(64, generator=gen) + 1).to(dtype) for _ in range(3)]
+    inputs.append(torch.tensor(0.7, dtype=dtype))
+    torch._dynamo.reset()
+    met.clear_all()
+    on_xla = [t.to(dev) for t in inputs]
+    out = torch.compile(update, backend="xlalab")(*on_xla)
+    assert met.executed_fallback_ops() == []
+    torch._dynamo.reset()
+    on_cpu = [t.clone() for t in inputs]
+    expected = torch.compile(update, backend="eager")(*on_cpu)
+    ulp = torch.finfo(dtype).eps
+    torch.testing.assert_close(out.cpu(), expected, rtol=2 * ulp, atol=0)
+    torch.testing.assert_close(on_xla[0].cpu(), on_cpu[0], rtol=2 * ulp, atol=0)

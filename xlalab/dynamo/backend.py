@@ -14,6 +14,7 @@ from typing import Any
 from torch import fx
 
 from ..runtime import control_flow
+from ..runtime.lowering.prims import register_inductor_prims
 from . import integration, report
 from .executable import CompiledGraph
 
@@ -106,6 +107,7 @@ def backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Cal
 
     integration.install()
     control_flow.eager_rules()  # higher-order operators made since the runtime started
+    register_inductor_prims()  # dynamo writes some in-place ops as inductor's prims.fma
     label = report.note_dynamo_graph(gm)
     _tensor_indices(gm)
     # An inference graph (the optimizer's step) keeps its in-place updates of inputs in the

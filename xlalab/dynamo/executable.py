@@ -285,10 +285,8 @@ def _write_back(target: Any, node: ir.Node) -> None:
 
 
 class _Run(fx.Interpreter):
-    """Runs the graph's ops on xla tensors; ``_foreach_*`` ops run as their per-tensor op.
-
-    The compiled optimizers' foreach ops come with overloads that mix a Python number and a
-    tensor list (``_foreach_pow.ScalarAndTensor``); their per-tensor op records like any other.
+    """Runs the graph's ops on xla tensors, through the runtime's own dispatch (a compiled
+    optimizer's ``_foreach_*`` ops record as lazy mode records them: per tensor).
 
     Tracing (``cuts`` given), a random op that makes a CPU tensor is noted there: its draw
     would become a constant of the program, the same numbers on every call.
@@ -307,8 +305,6 @@ class _Run(fx.Interpreter):
             checks.origin[0] = None
 
     def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if isinstance(target, torch._ops.OpOverload) and target._schema.name.startswith("aten::_foreach_"):
-            return _per_tensor(target, args, kwargs)
         if target is torch.ops.higher_order.with_effects:
             # An op with side effects (linalg's error checks), ordered by a token: run it in order.
             token, op, *rest = args
@@ -330,34 +326,6 @@ def _draws_on_cpu(target: Any, out: Any) -> bool:
         and torch.Tag.nondeterministic_seeded in target.tags
         and any(type(t) is torch.Tensor for t in (out if isinstance(out, (tuple, list)) else (out,)))
     )
-
-
-def _per_tensor(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    base = op._schema.name.removeprefix("aten::_foreach_")
-    packet = getattr(torch.ops.aten, base)  # the dispatcher picks the overload per element
-    bound = list(args) + [kwargs[a.name] for a in op._schema.arguments[len(args) :] if a.name in kwargs]
-    # Which base arguments are keyword-only: from a base overload taking as many arguments.
-    kw_only: list[str | None] = [None] * len(bound)
-    for name in packet.overloads():
-        schema = getattr(packet, name)._schema
-        params = [a for a in schema.arguments if not a.is_out]
-        if len(params) == len(bound):
-            kw_only = [a.name if a.kwarg_only else None for a in params]
-            break
-    lists = [a for a in bound if isinstance(a, (list, tuple))]
-    n = len(lists[0]) if lists else 0
-    outs = []
-    for i in range(n):
-        pos: list[Any] = []
-        kw: dict[str, Any] = {}
-        for a, name in zip(bound, kw_only):
-            v = a[i] if isinstance(a, (list, tuple)) else a
-            if name is None:
-                pos.append(v)
-            else:
-                kw[name] = v
-        outs.append(packet(*pos, **kw))
-    return None if base.endswith("_") else outs
 
 
 class NotOneProgram(RuntimeError):

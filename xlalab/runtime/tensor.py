@@ -957,12 +957,25 @@ def _element_type(arg: Any, overload: str) -> str:
     return "number" if overload == "Tensor" and arg.name == "scalars" else t
 
 
+# Foreach ops whose per-tensor op has another name when the other operand is a number:
+# ``_foreach_maximum(ts, 0.5)`` is ``clamp_min`` per tensor (``maximum`` takes two tensors).
+_NUMBER_BASES = {"maximum": "clamp_min", "minimum": "clamp_max"}
+
+
 def _base_overload(func: OpOverload, inplace: bool, base_name: str) -> tuple[OpOverload | None, int]:
     """The per-tensor op a ``_foreach_*`` overload applies: the base overload whose leading
     arguments take one element of each foreach argument (``_foreach_pow.Scalar`` is
-    ``pow.Tensor_Scalar``, ``_foreach_clamp_min_.Scalar`` is ``clamp_min_.default``), and how
-    many trailing optional foreach arguments it has no place for (a call passing one falls
-    back: ``_foreach_norm(ts, 2)`` is ``norm.Scalar``, with a ``dtype`` it has none)."""
+    ``pow.Tensor_Scalar``, ``_foreach_clamp_min_.Scalar`` is ``clamp_min_.default``,
+    ``_foreach_maximum.Scalar`` is ``clamp_min.default``), and how many trailing optional
+    foreach arguments it has no place for (a call passing one falls back:
+    ``_foreach_norm(ts, 2)`` is ``norm.Scalar``, with a ``dtype`` it has none)."""
+    found = _matching_overload(func, inplace, base_name)
+    if found[0] is None and base_name in _NUMBER_BASES:
+        found = _matching_overload(func, inplace, _NUMBER_BASES[base_name])
+    return found
+
+
+def _matching_overload(func: OpOverload, inplace: bool, base_name: str) -> tuple[OpOverload | None, int]:
     packet = getattr(aten, base_name + ("_" if inplace else ""), None)
     if packet is None:
         return None, 0

@@ -21,7 +21,7 @@ from jax import lax
 
 from xlalab.runtime.dtypes import to_jnp
 from xlalab.runtime.lowering.elementwise import compute_float, is_integral, log_exact, safe_exp
-from xlalab.runtime.lowering.registry import lowering
+from xlalab.runtime.lowering.registry import LOWERINGS, lowering
 
 prims = torch.ops.prims
 
@@ -92,6 +92,23 @@ def _div(x: Any, other: Any) -> Array:
         dt = jnp.result_type(a, b)
         return lax.div(a.astype(dt), b.astype(dt))
     return jnp.true_divide(x, other)
+
+
+def _fma(a: Array, b: Any, c: Any) -> Array:
+    # The eager kernel of inductor's fma is ``(a * b) + c``, not a fused multiply-add (inductor
+    # fuses it on its own devices). XLA may still contract the two into one, as it does any
+    # multiply feeding an add.
+    return a * b + c
+
+
+def register_inductor_prims() -> None:
+    """Lowerings of inductor's prims, which exist once ``torch._inductor.inductor_prims`` is
+    imported (importing it here would cost every process a second): dynamo imports it when it
+    writes ``x.addcmul_(a, b, value=v)``, ``x.addcdiv_(...)`` or ``x.add_(y, alpha=t)`` as
+    ``prims.fma``. Called when dynamo hands a graph over."""
+    fma = getattr(getattr(prims, "fma", None), "default", None)
+    if fma is not None and fma not in LOWERINGS:
+        lowering(fma)(_fma)
 
 
 @lowering(prims.convert_element_type.default)
