@@ -825,3 +825,46 @@ def test_inplace_ops_dynamo_writes_as_fma(dtype: torch.dtype, dev: torch.device)
     ulp = torch.finfo(dtype).eps
     torch.testing.assert_close(out.cpu(), expected, rtol=2 * ulp, atol=0)
     torch.testing.assert_close(on_xla[0].cpu(), on_cpu[0], rtol=2 * ulp, atol=0)
+
+
+def test_a_learning_rate_schedule_says_to_make_the_rate_a_tensor(dev: torch.device) -> None:
+    # A float rate is baked into the compiled optimizer step: a scheduler recompiles it every
+    # step. With a tensor rate the step compiles once and trains as eager does.
+    def train(device: Any, lr: float | torch.Tensor, compiled: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=lr)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        run = torch.compile(step, backend="xlalab") if compiled else step
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(4):
+            run(torch.randn(3, 4, generator=gen).to(device))
+            sched.step()
+        return [p.detach().cpu() for p in model.parameters()]
+
+    eager = train("cpu", 0.01, compiled=False)
+    torch._dynamo.reset()
+    dynamo.reset()
+    seen: list[events.Event] = []
+    unsubscribe = events.subscribe(seen.append)
+    try:
+        train(dev, 0.01, compiled=True)
+    finally:
+        unsubscribe()
+    recompiles = [e for e in seen if isinstance(e, dynamo.RecompileEvent)]
+    assert recompiles and all("lr=torch.tensor(" in e.advice for e in recompiles)
+    assert "is no longer 0.01" in recompiles[0].explanation
+    torch._dynamo.reset()
+    dynamo.reset()
+    on_xla = train(dev, torch.tensor(0.01), compiled=True)
+    assert not [r for r in dynamo.compiled_functions() if r.recompiles]
+    for x, e in zip(on_xla, eager):
+        torch.testing.assert_close(x, e, rtol=1e-5, atol=1e-6)

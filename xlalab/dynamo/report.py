@@ -387,6 +387,7 @@ _DTYPE = re.compile(r"tensor '(?P<name>.+)' dtype mismatch\. expected (?P<a>\w+)
 _GRAD = re.compile(r"tensor '(?P<name>.+)' requires_grad mismatch\. expected requires_grad=(?P<a>\d)")
 _RANK = re.compile(r"tensor '(?P<name>.+)' rank mismatch\. expected (?P<a>\d+), actual (?P<b>\d+)")
 _EQ = re.compile(r"^(?P<name>.+?) == (?P<a>[^\s]+)\s*(#.*)?$")
+_LR = re.compile(r"param_groups\[\d+\]\['(lr|initial_lr)'\] == ")  # an optimizer's float rate
 _TYPE = re.compile(
     r"expected type of '(?P<name>.+)' to be a tensor type, ' but found <class '(?P<found>[\w.]+)'>"
 )
@@ -507,6 +508,9 @@ _GUARD_ADVICE = (
      "xla one was (or a number where a tensor was) is a graph of its own"),
     (_GLOBAL, "each grad mode or autocast setting has a graph of its own: this compiles once per "
      "setting, not on every call"),
+    (_LR, "the optimizer's learning rate is a Python number, a constant of the compiled step, and "
+     "a scheduler changes it: give the optimizer a tensor (torch.optim.AdamW(params, "
+     "lr=torch.tensor(1e-3))); the rate is then an input, which schedulers update in place"),
     (_EQ, "a Python value is a constant of the graph, so each new value compiles again: if it "
      "changes from call to call, pass it as a tensor on the device (its value is then an input)"),
     (re.compile(r"\.grad is (not )?None"), "a parameter got a gradient in one step and none in "
