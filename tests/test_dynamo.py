@@ -868,3 +868,18 @@ def test_a_learning_rate_schedule_says_to_make_the_rate_a_tensor(dev: torch.devi
     assert not [r for r in dynamo.compiled_functions() if r.recompiles]
     for x, e in zip(on_xla, eager):
         torch.testing.assert_close(x, e, rtol=1e-5, atol=1e-6)
+
+
+def test_a_cpu_parameter_meeting_an_xla_input_is_named(dev: torch.device) -> None:
+    # A model left on the CPU: eager names the devices; compiled, torch's tracer of the backward
+    # would stop on an internal assert instead. The error names the op, the line and the tensor.
+    torch._dynamo.reset()
+    up = nn.ConvTranspose2d(3, 4, 3, stride=2)
+    x = torch.randn(1, 3, 5, 5, device=dev, requires_grad=True)
+    line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+    f = torch.compile(lambda t: up(t), backend="xlalab")
+    with pytest.raises(Exception, match=r"conv_transpose2d at .*test_dynamo.py:\d+ takes an xla tensor") as err:
+        f(x)
+    assert "the CPU tensor `up.weight` (shape [3, 4, 3, 3])" in str(err.value)
+    assert f"test_dynamo.py:{line}" in str(err.value)
+    assert "Move it to the xla device" in str(err.value)

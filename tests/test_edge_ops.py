@@ -453,3 +453,33 @@ def test_integer_convolution_uses_no_hlo_convolution(dev: torch.device) -> None:
     z = F.conv_transpose2d(x, torch.randint(-9, 9, (4, 2, 2, 2)).to(dev), stride=2, output_padding=1)
     assert "convolution(" not in get_tensors_hlo([y, z])
     assert "convolution(" in get_tensors_hlo([F.conv2d(x.float(), torch.ones(4, 4, 3, 3).to(dev))])
+
+
+def test_complex_numbers_through_sgn_dot_and_moments(dev: torch.device) -> None:
+    # Formulas written for real numbers: sgn(z) is z/|z| (abs's gradient and so every |FFT|
+    # loss's), dot does not conjugate (vdot does), a variance is |z - mean|^2 and real.
+    gen = torch.Generator().manual_seed(0)
+    z = torch.randn(6, dtype=torch.complex64, generator=gen)
+    w = torch.randn(6, dtype=torch.complex64, generator=gen)
+    z[2] = 0  # sgn(0) is 0
+    zx, wx = z.to(dev), w.to(dev)
+    torch.testing.assert_close(zx.sgn().cpu(), z.sgn())
+    torch.testing.assert_close(torch.dot(zx, wx).cpu(), torch.dot(z, w))
+    torch.testing.assert_close(torch.vdot(zx, wx).cpu(), torch.vdot(z, w))
+    torch.testing.assert_close((zx @ wx).cpu(), z @ w)
+    m = torch.randn(3, 5, dtype=torch.complex64, generator=gen)
+    for fn in (torch.var, torch.std):
+        torch.testing.assert_close(fn(m.to(dev), dim=1).cpu(), fn(m, dim=1))
+    var, mean = torch.var_mean(m.to(dev), dim=0)
+    want_var, want_mean = torch.var_mean(m, dim=0)
+    torch.testing.assert_close(var.cpu(), want_var)
+    torch.testing.assert_close(mean.cpu(), want_mean)
+
+    signal = torch.randn(2, 64, generator=gen)
+    grads = []
+    for d in ("cpu", dev):
+        x = signal.to(d).requires_grad_()
+        spec = torch.stft(x, 16, hop_length=4, window=torch.hann_window(16, device=d), return_complex=True)
+        (grad,) = torch.autograd.grad(spec.abs().sum(), x)
+        grads.append(grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-5)

@@ -71,3 +71,15 @@ def test_fallback_event_names_the_user_line(dev: torch.device) -> None:
     assert fb and fb[0].op == "aten::nonzero"
     assert fb[0].frames[0].file == __file__
     assert "THIS LINE" in open(__file__).read().splitlines()[fb[0].frames[0].line - 1]
+
+
+def test_a_fallback_composite_that_takes_conjugate_views(dev: torch.device, fresh_metrics: None) -> None:
+    # linalg_pinv runs on the CPU and builds its result from ``.mH`` of an SVD factor. Inside
+    # __torch_dispatch__ torch leaves out the keys that resolve conjugate views: the fallback
+    # puts them back, or the host kernels read the conjugate as the original.
+    a = torch.randn(4, 3, dtype=torch.complex64, generator=torch.Generator().manual_seed(0))
+    got = torch.linalg.pinv(a.to(dev))
+    assert "aten::linalg_pinv" in met.executed_fallback_ops()
+    torch.testing.assert_close(got.cpu(), torch.linalg.pinv(a))
+    neg = torch.randn(3, 3, dtype=torch.complex64, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(torch.linalg.pinv(neg.to(dev), hermitian=False).cpu(), torch.linalg.pinv(neg))

@@ -72,6 +72,30 @@ def test_opinfo_matches_eager(name: str) -> None:
         assert res.grad in ("lowered", "n/a"), f"{name}'s backward falls back: {res.grad_fallback_ops}"
 
 
+# Complex numbers, values and gradients: formulas written for real numbers go wrong here (sgn
+# is z/|z|, dot does not conjugate, a variance is |z - mean|^2, a backward conjugates the
+# derivative, a CPU composite reads conjugate views). ``--dtypes complex64`` sweeps them all.
+COMPLEX_SUBSET = [
+    "abs", "sgn", "angle", "mul", "div.no_rounding_mode", "exp", "log", "sqrt", "reciprocal", "pow",
+    "tanh", "sigmoid", "sum", "mean", "cumsum", "var", "std", "var_mean", "dot", "vdot", "matmul",
+    "linalg.pinv", "fft.fft", "fft.ifft", "view_as_real", "conj_physical", "where",
+]  # fmt: skip
+
+
+@cache
+def _complex_ops() -> dict[str, Any]:
+    return {opinfo_sweep.op_id(op): op for op in opinfo_sweep.iter_ops(COMPLEX_SUBSET)}
+
+
+@pytest.mark.parametrize("name", COMPLEX_SUBSET)
+def test_complex_opinfo_matches_eager(name: str) -> None:
+    op = _complex_ops()[name]
+    res = opinfo_sweep.sweep_op(op, max_samples=2, max_grad_samples=1, dtypes=(torch.complex64,))
+    assert res.cls in ("lowered", "fallback"), f"{name}: {res.cls}: {res.problems}"
+    assert res.grad not in ("wrong", "error"), f"{name}: gradient {res.grad}: {res.problems}"
+    assert res.samples > 0
+
+
 # --- the sweep's comparison rules --------------------------------------------------------
 
 

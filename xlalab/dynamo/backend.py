@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import fx
 
-from ..runtime import control_flow
+from ..runtime import checks, control_flow
 from ..runtime.lowering.prims import register_inductor_prims
 from . import integration, report
 from .executable import CompiledGraph
@@ -122,7 +122,46 @@ def backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Cal
     aot = aot_autograd(
         fw_compiler=_compiler(label, "forward"), bw_compiler=_compiler(label, "backward"), **kwargs
     )
-    return aot(gm, example_inputs)  # type: ignore[no-any-return]
+    try:
+        return aot(gm, example_inputs)  # type: ignore[no-any-return]
+    except RuntimeError as e:
+        mixed = _cpu_operand(gm) if _ENGINE_STREAM_ASSERT in str(e) else None
+        if mixed is None:
+            raise
+        raise RuntimeError(mixed) from e
+
+
+# What torch's autograd engine asserts when a traced backward crosses devices (an xla input
+# meeting a CPU parameter in an op whose shape rule does not compare devices).
+_ENGINE_STREAM_ASSERT = "opt_ready_stream && opt_parent_stream"
+
+
+def _cpu_operand(gm: fx.GraphModule) -> str | None:
+    """The first op of the graph that takes both an xla tensor and a CPU tensor (not a 0-d one,
+    which torch accepts anywhere), said as eager says it, with the user's line; None if none."""
+    import torch
+
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        values = [(a, a.meta.get("example_value")) for a in node.all_input_nodes]
+        tensors = [(a, v) for a, v in values if isinstance(v, torch.Tensor) and v.dim() > 0]
+        cpu = [(a, v) for a, v in tensors if v.device.type == "cpu"]
+        if not cpu or not any(v.device.type == "xla" for _, v in tensors):
+            continue
+        arg, value = cpu[0]
+        grapharg = arg.meta.get("grapharg")
+        source = getattr(grapharg, "source", None)
+        name = report._pretty(str(source.name)) if source is not None else arg.name
+        where = checks.where_of(node.meta.get("stack_trace"))
+        at = f" at {where}" if where is not None else ""
+        return (
+            f"Expected all tensors to be on the same device, but found at least two devices: "
+            f"{getattr(node.target, '__name__', node.target)}{at} takes an xla tensor and the CPU "
+            f"tensor `{name}` (shape {list(value.shape)}). Move it to the xla device before the "
+            "call (model.to(device) before torch.compile's first call), as eager requires."
+        )
+    return None
 
 
 def register() -> None:

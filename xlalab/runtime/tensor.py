@@ -1126,6 +1126,25 @@ def _cannot_fall_back_in_body(
     ) from error
 
 
+# Inside __torch_dispatch__ torch leaves out the dispatch keys that resolve conjugate and
+# negative views (and zero tensors): a composite op run on host tensors there (linalg_pinv takes
+# ``.mH`` of an SVD factor) would read a conjugated view as if it were not. They are put back
+# for the host computation; the keys above the Python one (autograd, autocast, functorch's
+# layers) stay out, as the op already went through them.
+_HOST_VIEW_KEYS = (
+    torch._C.DispatchKeySet(torch._C.DispatchKey.Conjugate)
+    | torch._C.DispatchKeySet(torch._C.DispatchKey.Negative)
+    | torch._C.DispatchKeySet(torch._C.DispatchKey.ZeroTensor)
+)
+
+
+def _host_view_keys() -> Any:
+    excluded = torch._C._dispatch_tls_local_exclude_set()
+    return torch._C._ForceDispatchKeyGuard(
+        torch._C._dispatch_tls_local_include_set(), excluded - _HOST_VIEW_KEYS
+    )
+
+
 def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Run an op without a lowering in eager PyTorch on the CPU, and count it."""
     name = "aten::" + func._schema.name.split("::")[-1]
@@ -1155,7 +1174,8 @@ def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
 
     hargs = to_host(args)
     hkwargs = {k: to_host(v) for k, v in kwargs.items()}
-    out = func(*hargs, **hkwargs)
+    with _host_view_keys():
+        out = func(*hargs, **hkwargs)
     # Mutated arguments get their new values back on the device.
     for i, sa in enumerate(func._schema.arguments):
         if sa.alias_info is not None and sa.alias_info.is_write:

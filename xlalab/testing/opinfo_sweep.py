@@ -1,12 +1,13 @@
 """Differential sweep over PyTorch's OpInfo database: every op on ``xla:0`` against eager CPU.
 
 For each OpInfo in ``torch.testing._internal.common_methods_invocations.op_db`` and each of
-float32, int64, bool, bfloat16 and float16 that the op supports on the CPU, the first few
+float32, int64, bool, bfloat16, float16 and complex64 that the op supports on the CPU, the first few
 sample inputs run twice: eagerly on the CPU, and on ``xla:0`` (tensors moved with
 ``.to(dev)``, results brought back with ``.cpu()``). Outputs are compared with the dtype's
 ``torch.testing.assert_close`` tolerances, widened by whatever ``toleranceOverride`` /
-``precisionOverride`` the OpInfo itself declares. For float32, the gradients of the op's
-differentiable inputs are compared too (backward runs on ``xla:0``).
+``precisionOverride`` the OpInfo itself declares. For float32 (complex64 for an op without
+it), the gradients of the op's differentiable inputs are compared too (backward runs on
+``xla:0``).
 
 Each op lands in one class:
 
@@ -47,8 +48,10 @@ from typing import Any
 
 import torch
 
-# The dtypes the sweep covers, in the order the issue asks for.
-DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.int64, torch.bool, torch.bfloat16, torch.float16)
+# The dtypes the sweep covers (``--dtypes`` picks others).
+DTYPES: tuple[torch.dtype, ...] = (
+    torch.float32, torch.int64, torch.bool, torch.bfloat16, torch.float16, torch.complex64,
+)  # fmt: skip
 
 # assert_close's defaults per dtype (rtol, atol); integer and bool results compare exactly.
 BASE_TOL: dict[torch.dtype, tuple[float, float]] = {
@@ -295,7 +298,7 @@ def _to_device(tree: Any, dev: torch.device) -> Any:
     """Every tensor in ``tree`` on ``dev`` (a copy, detached; requires_grad kept)."""
     if isinstance(tree, torch.Tensor):
         t = tree.detach().to(dev)
-        return t.requires_grad_() if tree.requires_grad and t.is_floating_point() else t
+        return t.requires_grad_() if tree.requires_grad and (t.is_floating_point() or t.is_complex()) else t
     if isinstance(tree, list):
         return [_to_device(x, dev) for x in tree]
     if isinstance(tree, tuple):
@@ -506,7 +509,9 @@ def _grad_targets(tree: Any) -> list[torch.Tensor]:
 
 def _differentiable(outs: Any) -> list[torch.Tensor]:
     return [
-        o for o in _leaves(outs) if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()
+        o
+        for o in _leaves(outs)
+        if isinstance(o, torch.Tensor) and o.requires_grad and (o.is_floating_point() or o.is_complex())
     ]
 
 
@@ -518,8 +523,9 @@ def run_grad_sample(op: Any, sample: Any, dev: torch.device, rtol: float, atol: 
         return None
     try:
         raw = _call(op, cpu_in[0], cpu_in[1], cpu_in[2])
-        if any(isinstance(o, torch.Tensor) and o.is_complex() for o in _leaves(raw)):
-            return None  # complex autograd (conj and view_as_real views) is out of scope
+        complex_in = any(t.is_complex() for t in cpu_targets)
+        if not complex_in and any(isinstance(o, torch.Tensor) and o.is_complex() for o in _leaves(raw)):
+            return None  # a real input's complex result (an FFT's): swept with complex64 samples
         cpu_outs = _differentiable(sample.output_process_fn_grad(raw))
         if not cpu_outs:
             return None
@@ -573,7 +579,7 @@ def _wide_grads(op: Any, sample: Any, grads_out: list[torch.Tensor]) -> list[Any
             return None
         wanted = [w.requires_grad_() for w, o in zip(flat, originals) if o.requires_grad]
         outs = _differentiable(sample.output_process_fn_grad(_call(op, wide[0], wide[1], wide[2])))
-        grads = torch.autograd.grad(outs, wanted, [g.double() for g in grads_out], allow_unused=True)
+        grads = torch.autograd.grad(outs, wanted, [_widen(g) for g in grads_out], allow_unused=True)
         return [None if g is None else g for g in grads]
     except Exception:
         return None
@@ -608,7 +614,7 @@ def sweep_op(
     supported = op.supported_dtypes("cpu")
     wanted = [d for d in dtypes if d in supported]
     if not wanted:
-        res.reason = "no supported real dtype (complex-only or float64-only)"
+        res.reason = "none of the swept dtypes (float64-only, or complex32)"
         return res
     fallbacks: set[str] = set()
     wrong: list[str] = []
@@ -650,14 +656,10 @@ def sweep_op(
                 ran = True
         if ran:
             res.dtypes.append(str(dtype).removeprefix("torch."))
-    if (
-        grads
-        and op.supports_autograd
-        and torch.float32 in wanted
-        and not res.shape_only
-        and not res.truncated
-    ):
-        _sweep_grads(op, dev, res, max_grad_samples)
+    # Gradients of the first swept dtype autograd takes: float32, or complex64 when swept.
+    grad_dtype = next((d for d in wanted if d in _GRAD_DTYPES), None)
+    if grads and op.supports_autograd and grad_dtype is not None and not res.shape_only and not res.truncated:
+        _sweep_grads(op, dev, res, max_grad_samples, grad_dtype)
     res.fallback_ops = sorted(fallbacks)
     res.problems = (wrong + errors)[:6] + res.problems[:4]
     if errors or res.grad == "error":
@@ -675,12 +677,15 @@ def sweep_op(
     return res
 
 
-def _sweep_grads(op: Any, dev: torch.device, res: OpResult, limit: int) -> None:
-    rtol, atol = tolerances(op, torch.float32)
+_GRAD_DTYPES = (torch.float32, torch.complex64)
+
+
+def _sweep_grads(op: Any, dev: torch.device, res: OpResult, limit: int, dtype: torch.dtype) -> None:
+    rtol, atol = tolerances(op, dtype)
     # Gradients go through more (and reassociated) arithmetic than the forward.
     rtol, atol = max(rtol, 1e-5), max(atol, 1e-5)
     try:
-        samples = _samples(op, torch.float32, True, limit)
+        samples = _samples(op, dtype, True, limit)
     except Exception:
         return
     fallbacks: set[str] = set()
@@ -734,7 +739,14 @@ def _select(ops: list[Any], names: list[str] | None) -> list[Any]:
     return [o for o in ops if op_id(o) in wanted or o.name in wanted]
 
 
-def _worker(names: list[str] | None, start: int, out_path: str, max_samples: int, grads: bool) -> None:
+def _worker(
+    names: list[str] | None,
+    start: int,
+    out_path: str,
+    max_samples: int,
+    grads: bool,
+    dtypes: Iterable[torch.dtype] = DTYPES,
+) -> None:
     """Sweep ops from index ``start`` on, appending one JSON line per op to ``out_path``."""
     from xlalab.runtime import graph
     from xlalab.runtime.device import xla_device
@@ -745,7 +757,7 @@ def _worker(names: list[str] | None, start: int, out_path: str, max_samples: int
         with open(out_path, "a") as f:
             f.write(json.dumps({"start": i, "name": op_id(ops[i])}) + "\n")
         try:
-            res = sweep_op(ops[i], dev, max_samples=max_samples, grads=grads)
+            res = sweep_op(ops[i], dev, max_samples=max_samples, grads=grads, dtypes=dtypes)
         except Exception as e:  # the sweep's own failure on this op: count it as an error
             res = OpResult(op_id(ops[i]), cls="error", problems=[f"sweep: {_describe(e)}"])
             traceback.print_exc()
@@ -757,7 +769,12 @@ def _worker(names: list[str] | None, start: int, out_path: str, max_samples: int
 
 
 def run_sweep(
-    names: list[str] | None, max_samples: int, grads: bool, op_timeout_s: float, log: Callable[[str], None]
+    names: list[str] | None,
+    max_samples: int,
+    grads: bool,
+    op_timeout_s: float,
+    log: Callable[[str], None],
+    dtypes: Iterable[torch.dtype] = DTYPES,
 ) -> list[OpResult]:
     """The whole sweep in worker processes; a crash or a hang costs only the op it hit."""
     import tempfile
@@ -771,6 +788,7 @@ def run_sweep(
             open(path, "w").close()
             cmd = [sys.executable, "-m", "xlalab.testing.opinfo_sweep", "--worker", str(start)]
             cmd += ["--jsonl", path, "--max-samples", str(max_samples)] + (["--no-grad"] if not grads else [])
+            cmd += ["--dtypes", ",".join(str(d).removeprefix("torch.") for d in dtypes)]
             if names:
                 cmd += ["--ops", *names]
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -911,8 +929,8 @@ def report(
         f"- date: {datetime.date.today().isoformat()}",
         f"- versions: {_versions()}",
         f"- samples: the first {args.max_samples} per op and dtype "
-        f"({', '.join(str(d).removeprefix('torch.') for d in DTYPES)}); "
-        f"gradients on the first {MAX_GRAD_SAMPLES} float32 samples",
+        f"({args.dtypes.replace(',', ', ')}); "
+        f"gradients on the first {MAX_GRAD_SAMPLES} float32 samples (complex64 where an op has no float32)",
         f"- sweep time: {seconds / 60:.1f} min",
         "",
         "## Counts",
@@ -928,7 +946,7 @@ def report(
         f"Lowered share of the tested OpInfos: {counts['lowered']}/{tested}"
         f" ({100 * counts['lowered'] / max(tested, 1):.1f}%).",
         "",
-        "Gradients (float32, ops with autograd): "
+        "Gradients (float32 or complex64, ops with autograd): "
         + ", ".join(f"{c} {grad_counts[c]}" for c in ("lowered", "fallback", "wrong", "error")),
         "",
     ]
@@ -997,21 +1015,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="also write the per-op results as JSON here")
     p.add_argument("--ops", nargs="*", help="only these OpInfos (name or name.variant)")
     p.add_argument("--max-samples", type=int, default=MAX_SAMPLES)
+    p.add_argument(
+        "--dtypes",
+        default=",".join(str(d).removeprefix("torch.") for d in DTYPES),
+        help="comma-separated torch dtypes to sweep (complex64 sweeps complex numbers and their gradients)",
+    )
     p.add_argument("--no-grad", action="store_true", help="skip the gradient checks")
     p.add_argument("--op-timeout", type=float, default=300.0, help="seconds before a hung op is abandoned")
     p.add_argument("--shard", help="K/N: every Nth op from the Kth (0-based), to run N sweeps side by side")
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--jsonl", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    dtypes = [getattr(torch, name.strip()) for name in args.dtypes.split(",") if name.strip()]
     if args.worker is not None:
-        _worker(args.ops, args.worker, args.jsonl, args.max_samples, not args.no_grad)
+        _worker(args.ops, args.worker, args.jsonl, args.max_samples, not args.no_grad, dtypes)
         return 0
     if args.shard:
         k, n = (int(x) for x in args.shard.split("/"))
         args.ops = [op_id(o) for o in _select(load_op_db(), args.ops)][k::n]
     t0 = time.perf_counter()
     results = run_sweep(args.ops, args.max_samples, not args.no_grad, args.op_timeout,
-                        lambda s: print(s, flush=True))  # fmt: skip
+                        lambda s: print(s, flush=True), dtypes)  # fmt: skip
     seconds = time.perf_counter() - t0
     counts = Counter(r.cls for r in results)
     print(" ".join(f"{c}={counts[c]}" for c in CLASSES), f"in {seconds:.0f}s", flush=True)

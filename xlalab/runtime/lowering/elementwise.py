@@ -520,6 +520,11 @@ def _sign(x: Array) -> Array:
     # torch computes (0 < x) - (x < 0), so sign(NaN) == 0, unlike jnp.sign.
     if x.dtype == jnp.bool_:
         return x
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        # sgn(z) = z / |z|, and 0 at 0 (torch.sign refuses complex numbers, sgn takes them).
+        magnitude = jnp.abs(x)
+        safe = jnp.where(magnitude == 0, jnp.ones((), magnitude.dtype), magnitude)
+        return jnp.where(magnitude == 0, jnp.zeros((), x.dtype), x / safe.astype(x.dtype))
     if not jnp.issubdtype(x.dtype, jnp.floating):
         return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
     # Not as converted predicates for floats: XLA rewrites g * convert(p) as select(p, g, 0),

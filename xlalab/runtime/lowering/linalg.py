@@ -64,10 +64,15 @@ def _beta_alpha(x: Array, product: Array, beta: Scalar, alpha: Scalar) -> Array:
     return out if half is None else out.astype(half)
 
 
-@lowering(aten.dot.default, aten.vdot.default)
+@lowering(aten.dot.default)
 def _dot(x: Array, tensor: Array) -> Array:
-    # vdot conjugates its first argument; for the real dtypes xlalab carries it is dot.
-    return jnp.dot(jnp.conj(x), tensor, precision=precision())
+    return jnp.dot(x, tensor, precision=precision())
+
+
+@lowering(aten.vdot.default)
+def _vdot(x: Array, other: Array) -> Array:
+    # vdot conjugates its first argument (complex numbers); dot does not.
+    return jnp.dot(jnp.conj(x), other, precision=precision())
 
 
 @lowering(aten.outer.default)

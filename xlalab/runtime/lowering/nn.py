@@ -725,14 +725,16 @@ def _mish_backward(grad_output: Array, x: Array) -> Array:
     return (g * (t + xf * jax.nn.sigmoid(xf) * (1 - t * t))).astype(grad_output.dtype)
 
 
+# For complex numbers autograd passes the conjugate of the derivative (as torch's kernels do);
+# jnp.conj leaves real numbers alone.
 @lowering(aten.tanh_backward.default)
 def _tanh_backward(grad_output: Array, output: Array) -> Array:
-    return grad_output * (1 - output * output)
+    return grad_output * jnp.conj(1 - output * output)
 
 
 @lowering(aten.sigmoid_backward.default)
 def _sigmoid_backward(grad_output: Array, output: Array) -> Array:
-    return grad_output * (1 - output) * output
+    return grad_output * jnp.conj((1 - output) * output)
 
 
 @lowering(aten.threshold.default)

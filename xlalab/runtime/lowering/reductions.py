@@ -159,7 +159,9 @@ def _var(x: Array, dim: Dims, correction: Scalar | None, keepdim: bool) -> tuple
     correction = 1 if correction is None else correction
     # torch clamps the divisor at 0 (giving inf/nan) rather than going negative.
     divisor = jnp.maximum(n - correction, 0)
-    var = jnp.sum(centered * centered, axis=ax, keepdims=keepdim) / divisor
+    # |x - mean|^2: a complex tensor's variance is real (the real and imaginary parts' summed).
+    squared = jnp.real(centered * jnp.conj(centered)) if jnp.iscomplexobj(centered) else centered * centered
+    var = jnp.sum(squared, axis=ax, keepdims=keepdim) / divisor
     return var, mean if keepdim else jnp.squeeze(mean, ax)
 
 
