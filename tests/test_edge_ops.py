@@ -483,3 +483,17 @@ def test_complex_numbers_through_sgn_dot_and_moments(dev: torch.device) -> None:
         (grad,) = torch.autograd.grad(spec.abs().sum(), x)
         grads.append(grad.cpu())
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_dtype_xla_has_no_type_for_is_refused_at_the_op(dev: torch.device) -> None:
+    # complex32 (a float16 tensor times a complex number makes one in eager): the error names
+    # the op and the fix where the program made it, not at the next sync.
+    half = torch.ones(3, dtype=torch.float16, device=dev)
+    with pytest.raises(RuntimeError, match=r"aten::mul makes a torch.complex32 tensor.*cast it to float32"):
+        half * 1j
+    with pytest.raises(RuntimeError, match=r"no XLA type for torch\.complex32"):
+        half.to(torch.complex32)
+    with pytest.raises(RuntimeError, match=r"no XLA type for torch\.complex32"):
+        torch.ones(2, dtype=torch.complex32).to(dev)
+    torch.testing.assert_close((half.float() * 1j).cpu(), torch.ones(3) * 1j)  # the fix works
+    xlalab.mark_step()  # nothing was left pending by the refused ops

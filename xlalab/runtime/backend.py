@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from . import config
-from .dtypes import DEVICE_OVERRIDES, host_jnp, set_precision_switches
+from .dtypes import DEVICE_OVERRIDES, TORCH_TO_JNP, host_jnp, set_precision_switches, unsupported
 
 # int64/float64 must keep their width: JAX silently truncates them without x64.
 jax.config.update("jax_enable_x64", True)
@@ -183,6 +183,8 @@ def to_device(t: torch.Tensor, index: int, dtype: torch.dtype | None = None) -> 
     if dtype is not None and t.dtype != dtype:
         t = t.to(dtype)
     t = t.resolve_conj().resolve_neg().contiguous()
+    if t.dtype not in TORCH_TO_JNP:
+        raise RuntimeError(unsupported(t.dtype))
     if t.dtype == torch.bfloat16:
         host = t.view(torch.int16).numpy().view(host_jnp(torch.bfloat16))
     else:

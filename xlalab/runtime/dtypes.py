@@ -55,9 +55,19 @@ def to_jnp(dtype: torch.dtype) -> Any:
     try:
         return TORCH_TO_JNP[dtype]
     except KeyError:
-        raise TypeError(
-            f"xlalab has no XLA type for {dtype}; supported: " + ", ".join(str(d) for d in TORCH_TO_JNP)
-        ) from None
+        raise TypeError(unsupported(dtype)) from None
+
+
+def unsupported(dtype: torch.dtype) -> str:
+    """Why an xla tensor cannot have ``dtype``, and what to use instead."""
+    why = f"xlalab has no XLA type for {dtype}"
+    if dtype == torch.complex32:
+        # torch makes one from a float16 and a complex operand (a float16 tensor times 1j).
+        why += (
+            " (XLA has no 16-bit complex numbers, nor has torch_xla): use complex64; a float16 tensor "
+            "meeting a complex number makes complex32, so cast it to float32 first"
+        )
+    return why + "; supported: " + ", ".join(str(d) for d in TORCH_TO_JNP)
 
 
 def to_torch(dtype: Any) -> torch.dtype:

@@ -21,7 +21,19 @@ from typing import Any
 import torch
 from torch._ops import OpOverload
 
-from . import backend, backward_errors, checks, config, events, index_checks, ir, metrics, replica_state, rng
+from . import (
+    backend,
+    backward_errors,
+    checks,
+    config,
+    dtypes,
+    events,
+    index_checks,
+    ir,
+    metrics,
+    replica_state,
+    rng,
+)
 from .frames import ir_frames, user_frames
 from .graph import LoweringError, materialize, sync
 from .ir import Node, slot
@@ -468,6 +480,11 @@ def _compute_meta(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
         # Where torch's meta kernel and its CPU kernel disagree on the result type (``pow`` of a
         # bool tensor by a bool), eager's kernel is the reference.
         described = (described[0], eager_out.dtype)
+    for d in described if type(described) is list else [described]:
+        if type(d) is tuple and d[1] not in dtypes.TORCH_TO_JNP:
+            # Raised here, at the op and the user's line, not when a sync compiles the graph.
+            # (A RuntimeError: Tensor.__mul__ turns a TypeError into "unsupported operand types".)
+            raise RuntimeError(f"{func._schema.name} makes a {d[1]} tensor: {dtypes.unsupported(d[1])}")
     return described
 
 
@@ -928,6 +945,8 @@ def _to_copy(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         out = to_cpu(src, "cpu")
         return out.to(dtype=dtype, device=device) if dtype != out.dtype or device != out.device else out
     target = src._st.device if device is None else (torch.device(device).index or 0)
+    if dtype not in dtypes.TORCH_TO_JNP:
+        raise RuntimeError(f"{src.dtype} to {dtype}: {dtypes.unsupported(dtype)}")
     metrics.count("xla::_to_copy")
     if target != src._st.device:
         return wrap(to_device_node(to_cpu(src, "to"), target, dtype))
