@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import xlalab
+import xlalab.debug.metrics as met
 
 Outcome = Any  # the op's result, or the exception it raised
 
@@ -497,3 +498,38 @@ def test_a_dtype_xla_has_no_type_for_is_refused_at_the_op(dev: torch.device) -> 
         torch.ones(2, dtype=torch.complex32).to(dev)
     torch.testing.assert_close((half.float() * 1j).cpu(), torch.ones(3) * 1j)  # the fix works
     xlalab.mark_step()  # nothing was left pending by the refused ops
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_histc_bins_as_eager_does(dtype: torch.dtype, dev: torch.device) -> None:
+    # A value's bin is decided by the last bit of (x - min) * bins / (max - min) in the input's
+    # type: half types round after each step, as eager's kernel does, or a count moves bins.
+    gen = torch.Generator().manual_seed(0)
+    met.clear_all()
+    cases = [(1, {"bins": 9}), (3, {"bins": 5, "min": -1.3, "max": 2.1})]
+    cases.append((5, {"bins": 17, "min": -3, "max": 3}))
+    for scale, kwargs in cases:
+        for _ in range(10):
+            x = (torch.randn(300, generator=gen) * scale).to(dtype)
+            if "max" in kwargs:  # left out, in the last bin, left out
+                x[:3] = torch.tensor([float("nan"), kwargs["max"], 1e4])
+            assert torch.equal(torch.histc(x.to(dev), **kwargs).cpu(), torch.histc(x, **kwargs))
+    assert met.executed_fallback_ops() == []
+    # Bins over the data's range: eager refuses a range that is not finite; so does the device,
+    # at the next sync (the values are on the device).
+    x = torch.tensor([1.0, float("inf"), 3.0], dtype=dtype, device=dev)
+    with pytest.raises(RuntimeError, match="range of the data is not finite"):
+        torch.histc(x, bins=3).cpu()
+    with pytest.raises(RuntimeError, match="max must be larger than min"):
+        torch.histc(x, bins=3, min=3, max=1)
+
+
+def test_histc_of_integers_follows_cuda(dev: torch.device) -> None:
+    # The CPU kernel refuses integers; CUDA's counts them, and Hugging Face's mixture-of-experts
+    # layers count tokens per expert so on every accelerator: xla counts them as CUDA does.
+    experts = torch.tensor([0, 3, 1, 1, 3, 3, 2, 7, -1], dtype=torch.int32)
+    got = torch.histc(experts.to(dev), bins=4, min=0, max=3)
+    assert got.dtype == torch.int32
+    assert got.cpu().tolist() == torch.histc(experts.float(), bins=4, min=0, max=3).int().tolist()
+    spread = torch.histc(torch.tensor([2, 5, 9], device=dev), bins=4)
+    assert spread.dtype == torch.int64 and spread.cpu().tolist() == [1, 1, 0, 1]

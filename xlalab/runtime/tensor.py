@@ -488,6 +488,11 @@ def _compute_meta(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
     return described
 
 
+# Ops whose CPU kernel refuses dtypes that CUDA's takes, and that libraries call with them on
+# any accelerator: Hugging Face's mixture-of-experts counts tokens per expert with an integer
+# ``histc`` everywhere but on the CPU. The device follows CUDA's rules for these.
+ACCELERATOR_DTYPES = {aten.histc.default}
+
 # Ops whose eager errors depend on the values (a singular matrix): zeros would say nothing.
 _VALUE_CHECKED = ("linalg_", "cholesky", "inverse", "lu_", "_lu", "solve", "svd", "eig", "qr", "det",
                   "lstsq", "pinv", "triangular", "geqrf", "ormqr", "orgqr", "matrix_exp", "potr")  # fmt: skip
@@ -507,9 +512,12 @@ def _eager_accepts(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, An
     small = _max_numel(args) <= _SMALL and _max_numel(kwargs.values()) <= _SMALL
     exact = small and not any(word in name for word in _VALUE_CHECKED)
     shrink = not exact
+    # CUDA's dtype rules: its other checks are the CPU kernel's, asked on float operands.
+    floats = func in ACCELERATOR_DTYPES
     try:
         out = func(
-            *[_cpu_zeros(a, shrink) for a in args], **{k: _cpu_zeros(v, shrink) for k, v in kwargs.items()}
+            *[_cpu_zeros(a, shrink, floats=floats) for a in args],
+            **{k: _cpu_zeros(v, shrink, floats=floats) for k, v in kwargs.items()},
         )
     except NotImplementedError as e:
         # "... not implemented for 'Bool'"; an op with no CPU kernel at all (a fused kernel that
@@ -526,7 +534,7 @@ def _eager_accepts(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, An
             out = func(*ones, **{k: _cpu_zeros(v, False, 1) for k, v in kwargs.items()})
         except Exception:
             return False, None
-    return True, out
+    return True, None if floats else out  # (float operands: not the result type of this call)
 
 
 def _max_numel(args: Any) -> int:
@@ -543,13 +551,14 @@ def _max_numel(args: Any) -> int:
     return most
 
 
-def _cpu_zeros(a: Any, shrink: bool, fill: int = 0) -> Any:
+def _cpu_zeros(a: Any, shrink: bool, fill: int = 0, floats: bool = False) -> Any:
     tp = type(a)
     if tp is XlaTensor or tp is Node:
         shape = [min(int(n), 1) for n in a.shape] if shrink else list(a.shape)
-        return torch.full(shape, fill, dtype=a.dtype)
+        dtype = torch.float32 if floats and not a.dtype.is_floating_point else a.dtype
+        return torch.full(shape, fill, dtype=dtype)
     if tp is list or tp is tuple:
-        return type(a)(_cpu_zeros(x, shrink, fill) for x in a)
+        return type(a)(_cpu_zeros(x, shrink, fill, floats) for x in a)
     if isinstance(a, torch.device) and a.type == "xla":
         return torch.device("cpu")
     return a
@@ -1309,6 +1318,25 @@ def _assert_async(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
     return args[2] if func is aten._functional_assert_async.msg else None
 
 
+def _histc(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``torch.histc``: with ``min == max`` the bins span the data, and eager refuses data whose
+    range is not finite (a NaN or an infinity in it): a deferred check here, as eager's error
+    needs the values."""
+    out = _lowered(func, args, kwargs)
+    x = args[0]
+    lo = args[2] if len(args) > 2 else kwargs.get("min", 0)
+    hi = args[3] if len(args) > 3 else kwargs.get("max", 0)
+    if lo == hi and x.is_floating_point() and x.numel() and replica_state.current() is None:
+        finite: Any = torch.isfinite(x).all()  # recorded, not read
+        checks.defer(
+            value(finite),
+            RuntimeError,
+            "torch.histc: range of the data is not finite (a NaN or an infinity; give min and max)",
+            "torch.histc",
+        )
+    return out
+
+
 def _dense_path(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``nn.TransformerEncoder`` asks whether its padding mask is left-aligned before it packs
     the batch into a nested tensor (eval mode, with a key padding mask). xla tensors are dense:
@@ -1435,6 +1463,7 @@ _SPECIAL: dict[OpOverload, Handler] = {
     aten._native_multi_head_attention.default: _native_multi_head_attention,
     aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer_fwd,
     aten._nested_tensor_from_mask_left_aligned.default: _dense_path,
+    aten.histc.default: _histc,
     aten._assert_async.default: _assert_async,
     aten._assert_async.msg: _assert_async,
     aten._functional_assert_async.msg: _assert_async,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -311,3 +312,48 @@ def _cummax(x: Array, dim: int) -> tuple[Array, Array]:
 @lowering(aten.cummin.default)
 def _cummin(x: Array, dim: int) -> tuple[Array, Array]:
     return _cumulative_extreme(x, dim, lambda b, a: b <= a)
+
+
+# --- histograms ------------------------------------------------------------------------------
+
+
+@lowering(aten.histc.default, static=("bins", "min", "max"))
+def _histc(x: Array, bins: int = 100, min: Scalar = 0, max: Scalar = 0) -> Array:
+    # Equal-width bins over [min, max] (the data's range when min == max), a value equal to max in
+    # the last bin, values outside (and NaN) left out. The bin is computed as eager's kernels do:
+    # (x - min) * bins / (max - min), truncated, in the input's type (integers divide as integers,
+    # as CUDA's kernel takes them; half types round after each step).
+    flat = x.reshape(-1)
+    integral = is_integral(flat)
+    lo: Array | Scalar = min
+    hi: Array | Scalar = max
+    if min == max:
+        if flat.size:
+            lo, hi = jnp.min(flat), jnp.max(flat)
+            same = lo == hi
+            lo, hi = jnp.where(same, lo - 1, lo), jnp.where(same, hi + 1, hi)
+        else:
+            lo, hi = min - 1, max + 1
+    if integral:
+        wide = flat.astype(jnp.int64)
+        pos = (wide - lo) * bins // (hi - lo)
+    else:
+        step = _rounded_to(flat.dtype)
+        wide = compute_float(flat)
+        lo = step(jnp.asarray(lo, wide.dtype))
+        hi = step(jnp.asarray(hi, wide.dtype))
+        pos = jnp.trunc(step(step(step(wide - lo) * bins) / step(hi - lo))).astype(jnp.int64)
+    pos = jnp.where(pos == bins, bins - 1, pos)
+    inside = (flat >= lo) & (flat <= hi)
+    counts = jnp.zeros(bins, jnp.int64).at[jnp.where(inside, pos, bins)].add(1, mode="drop")
+    return counts.astype(x.dtype)
+
+
+def _rounded_to(dtype: Any) -> Callable[[Array], Array]:
+    """Round a float32 step's result to the half type ``dtype``, as eager's half arithmetic does
+    after each operation. On float32 values: XLA drops a rounding of a half-typed value, and a
+    float32 -> half -> float32 round trip, where it may keep excess precision."""
+    bits = {jnp.dtype(jnp.bfloat16): (8, 7), jnp.dtype(jnp.float16): (5, 10)}.get(jnp.dtype(dtype))
+    if bits is None:
+        return lambda v: v
+    return lambda v: lax.reduce_precision(v, *bits)
