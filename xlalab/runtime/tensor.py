@@ -471,7 +471,9 @@ def _compute_meta(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
     try:
         out = func(*[_meta_arg(a) for a in args], **{k: _meta_arg(v) for k, v in kwargs.items()})
     except Exception:
-        return _NO_META
+        out = _meta_by_rule(func, args, kwargs)
+        if out is None:
+            return _NO_META
     accepted, eager_out = _eager_accepts(func, args, kwargs)
     if not accepted:
         return _NO_META
@@ -492,6 +494,37 @@ def _compute_meta(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
 # any accelerator: Hugging Face's mixture-of-experts counts tokens per expert with an integer
 # ``histc`` everywhere but on the CPU. The device follows CUDA's rules for these.
 ACCELERATOR_DTYPES = {aten.histc.default}
+
+def _grouped_mm_meta(
+    a: Any, b: Any, offs: Any = None, bias: Any = None, out_dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    shape: tuple[int, ...]
+    if a.dim() == 2 and b.dim() == 3:
+        shape = (a.shape[0], b.shape[2])
+    elif a.dim() == 3 and b.dim() == 2:
+        shape = (a.shape[1], b.shape[1])
+    elif a.dim() == 2 and b.dim() == 2:
+        shape = (offs.shape[0], a.shape[0], b.shape[1])
+    else:
+        shape = (a.shape[0], a.shape[1], b.shape[2])
+    return torch.empty(shape, dtype=out_dtype or a.dtype, device="meta")
+
+
+# Output metadata for ops whose meta kernel holds CUDA's rules (``_grouped_mm``: bfloat16 only,
+# 16-byte aligned strides) where the CPU kernel takes float32 too; eager's CPU kernel still
+# decides what it accepts (``_eager_accepts``).
+META_RULES: dict[Any, Callable[..., torch.Tensor]] = {aten._grouped_mm.default: _grouped_mm_meta}
+
+
+def _meta_by_rule(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    rule = META_RULES.get(func)
+    if rule is None:
+        return None
+    try:
+        return rule(*[_meta_arg(a) for a in args], **{k: _meta_arg(v) for k, v in kwargs.items()})
+    except Exception:
+        return None
+
 
 # Ops whose eager errors depend on the values (a singular matrix): zeros would say nothing.
 _VALUE_CHECKED = ("linalg_", "cholesky", "inverse", "lu_", "_lu", "solve", "svd", "eig", "qr", "det",

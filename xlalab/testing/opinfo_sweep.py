@@ -659,7 +659,7 @@ def sweep_op(
         if ran:
             res.dtypes.append(str(dtype).removeprefix("torch."))
     # Gradients of the first swept dtype autograd takes: float32, or complex64 when swept.
-    grad_dtype = next((d for d in wanted if d in _GRAD_DTYPES), None)
+    grad_dtype = next((d for d in _GRAD_DTYPES if d in wanted), None)
     if grads and op.supports_autograd and grad_dtype is not None and not res.shape_only and not res.truncated:
         _sweep_grads(op, dev, res, max_grad_samples, grad_dtype)
     res.fallback_ops = sorted(fallbacks)

@@ -593,6 +593,13 @@ def _copysign(x: Array, other: Array | Scalar) -> Array:
 
 @lowering(aten.logaddexp.default)
 def _logaddexp(x: Array, other: Array) -> Array:
+    if jnp.iscomplexobj(x):
+        # torch: log1p(exp(low - high)) + high, the operands ordered by their real parts (JAX's
+        # takes the modulus of the difference, which is not a complex log-sum-exp).
+        first = jnp.real(x) >= jnp.real(other)
+        high, low = jnp.where(first, x, other), jnp.where(first, other, x)
+        both_minus_inf = jnp.isneginf(jnp.real(low)) & jnp.isneginf(jnp.real(high))
+        return jnp.where(both_minus_inf, low, jnp.log1p(jnp.exp(low - high)) + high)
     return jnp.logaddexp(x, other)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import torch
@@ -334,3 +336,37 @@ def _qr(a: Array, mode: str = "reduced") -> tuple[Array, Array]:
         return jnp.zeros((0,), a.dtype), jnp.linalg.qr(a, mode="r")
     q, r = jnp.linalg.qr(a, mode="complete" if mode == "complete" else "reduced")
     return q, r
+
+
+# --- grouped matrix products (mixture-of-experts layers) ------------------------------------------
+
+
+@lowering(aten._grouped_mm.default)
+def _grouped_mm(
+    a: Array, b: Array, offs: Array | None = None, bias: Array | None = None, out_dtype: Any = None
+) -> Array:
+    """One product per group: ``offs`` (cumulative ends) cuts the 2-d operand's jagged dimension
+    into groups; a 3-d operand holds one matrix per group. Rows or columns past ``offs[-1]`` are
+    zeros here (eager leaves them unwritten). Half inputs accumulate in float32, as matmul's do."""
+    acc = jnp.float32 if a.dtype in HALF else None
+    if offs is None:  # 3-d x 3-d: a batch of products
+        out = jnp.matmul(a, b, precision=precision(), preferred_element_type=acc)
+    else:
+        ends = offs.astype(jnp.int32)
+        sizes = jnp.diff(ends, prepend=jnp.zeros((1,), jnp.int32))
+        if a.ndim == 2 and b.ndim == 3:  # rows of a in groups, a matrix of b per group
+            out = lax.ragged_dot(a, b, sizes, precision=precision(), preferred_element_type=acc)
+        elif a.ndim == 3 and b.ndim == 2:  # columns of b in groups, a matrix of a per group
+            out = lax.ragged_dot(
+                b.T, jnp.swapaxes(a, 1, 2), sizes, precision=precision(), preferred_element_type=acc
+            ).T
+        else:  # 2-d x 2-d: the shared dimension in groups, one product per group
+            k = jnp.arange(a.shape[1])
+            starts = ends - sizes
+            inside = (k >= starts[:, None]) & (k < ends[:, None])  # (groups, k)
+            a_g = jnp.where(inside[:, None, :], a[None], jnp.zeros((), a.dtype))
+            b_g = jnp.where(inside[:, :, None], b[None], jnp.zeros((), b.dtype))
+            out = jnp.matmul(a_g, b_g, precision=precision(), preferred_element_type=acc)
+    if bias is not None:
+        out = out + bias
+    return out.astype(out_dtype or a.dtype)
