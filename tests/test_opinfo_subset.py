@@ -35,7 +35,8 @@ SUBSET = [
     "nn.functional.adaptive_max_pool2d", "nn.functional.batch_norm", "nn.functional.layer_norm",
     "nn.functional.gelu", "nn.functional.silu", "nn.functional.cross_entropy", "nn.functional.mse_loss",
     "nn.functional.embedding", "index_select", "gather",
-    "scatter_add", "index_put", "__getitem__", "cat", "squeeze", "sort", "topk",
+    "scatter_add", "index_put", "__getitem__", "cat", "squeeze", "sort", "topk", "nn.functional.bilinear",
+    "nn.functional.hardshrink", "histc",
 ]  # fmt: skip
 
 # Ops the training workloads and the model blocks depend on: these must never fall back.
@@ -46,6 +47,7 @@ MUST_LOWER = {
     "nn.functional.adaptive_avg_pool2d", "nn.functional.adaptive_max_pool2d", "nn.functional.batch_norm",
     "nn.functional.layer_norm", "nn.functional.gelu", "nn.functional.silu", "nn.functional.cross_entropy",
     "nn.functional.mse_loss", "nn.functional.embedding", "index_select", "gather", "cat", "squeeze",
+    "nn.functional.bilinear", "nn.functional.hardshrink", "histc",
 }  # fmt: skip
 
 DTYPES = (torch.float32, torch.int64, torch.bfloat16)
@@ -78,7 +80,7 @@ def test_opinfo_matches_eager(name: str) -> None:
 COMPLEX_SUBSET = [
     "abs", "sgn", "angle", "mul", "div.no_rounding_mode", "exp", "log", "sqrt", "reciprocal", "pow",
     "tanh", "sigmoid", "sum", "mean", "cumsum", "var", "std", "var_mean", "dot", "vdot", "matmul",
-    "linalg.pinv", "fft.fft", "fft.ifft", "view_as_real", "conj_physical", "where", "logaddexp",
+    "linalg.pinv", "fft.fft", "fft.ifft", "view_as_real", "conj_physical", "conj", "mH", "where", "logaddexp",
 ]  # fmt: skip
 
 

@@ -8,6 +8,7 @@ in the right type rather than merely return it.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -488,6 +489,9 @@ _UNARY: dict[Any, Any] = {
     aten.positive.default: lambda x: x,
     aten.conj_physical.default: jnp.conj,
     aten._conj_physical.default: jnp.conj,
+    # The conjugate view, as its values: xla tensors carry no conjugate bit (as the CPU fallback
+    # gave them before, a copy that writes do not reach the base through).
+    aten._conj.default: jnp.conj,
 }
 
 
@@ -531,6 +535,15 @@ def _sign(x: Array) -> Array:
     # which turns abs's gradient g * sgn(x) at NaN into 0 where torch computes NaN * 0.
     # (x == 0 too: torch's sign of -0.0 is +0.0, jnp's is -0.0)
     return jnp.where(jnp.isnan(x) | (x == 0), jnp.zeros((), x.dtype), jnp.sign(x))
+
+
+@lowering(aten.angle.default)
+def _angle(x: Array) -> Array:
+    if jnp.iscomplexobj(x):
+        return jnp.angle(x)
+    x = compute_float(x.astype(jnp.float32) if is_integral(x) else x)
+    # torch: pi for a negative number, 0 otherwise, NaN for NaN.
+    return jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.asarray(math.pi, x.dtype), jnp.zeros((), x.dtype)))
 
 
 @lowering(aten.frac.default)

@@ -370,3 +370,23 @@ def _grouped_mm(
     if bias is not None:
         out = out + bias
     return out.astype(out_dtype or a.dtype)
+
+
+@lowering(aten._trilinear.default)
+def _trilinear(
+    i1: Array,
+    i2: Array,
+    i3: Array,
+    expand1: tuple[int, ...],
+    expand2: tuple[int, ...],
+    expand3: tuple[int, ...],
+    sumdim: tuple[int, ...],
+    unroll_dim: int = 1,
+) -> Array:
+    """``nn.Bilinear``'s op: the product of the three operands, each with size-1 dimensions
+    inserted at ``expand*``, summed over ``sumdim`` (XLA fuses the product into the sum)."""
+    operands = ((i1, expand1), (i2, expand2), (i3, expand3))
+    a, b, c = (jnp.expand_dims(t, tuple(sorted(e))) if e else t for t, e in operands)
+    acc = jnp.float32 if a.dtype in HALF else a.dtype
+    product = a.astype(acc) * b.astype(acc) * c.astype(acc)
+    return jnp.sum(product, axis=tuple(sorted(d % product.ndim for d in sumdim))).astype(a.dtype)

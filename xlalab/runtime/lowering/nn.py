@@ -758,6 +758,14 @@ def _hardtanh_backward(grad_output: Array, x: Array, min_val: Scalar, max_val: S
     return jnp.where((x <= min_val) | (x >= max_val), jnp.zeros((), grad_output.dtype), grad_output)
 
 
+@lowering(aten.hardshrink_backward.default, aten.softshrink_backward.default)
+def _shrink_backward(grad_output: Array, x: Array, lambd: Scalar) -> Array:
+    # Both shrinks are flat on [-lambd, lambd] and slope 1 outside (NaN takes the gradient, as
+    # in torch's kernels).
+    flat = (x >= -lambd) & (x <= lambd)
+    return jnp.where(flat, jnp.zeros((), grad_output.dtype), grad_output)
+
+
 @lowering(aten.leaky_relu.default)
 def _leaky_relu(x: Array, negative_slope: Scalar = 0.01) -> Array:
     return jnp.where(x > 0, x, x * negative_slope)
