@@ -452,3 +452,19 @@ def test_integer_division_of_small_tensors_stays_on_the_device() -> None:
     a, b = torch.tensor([7, -9]), torch.tensor([2, 4])
     differential(lambda d: (a.to(d) // b.to(d), torch.fmod(a.to(d), b.to(d)), a.to(d) % b.to(d)))
     assert met.executed_fallback_ops() == []  # zeros as divisors refuse; ones do not: not eager's refusal
+
+
+def test_a_bool_made_a_number_keeps_the_sign_of_zero(dev: torch.device) -> None:
+    # XLA's simplifier turns float(mask) * y into select(mask, y, 0): +0 where eager's product
+    # is -0 (y negative) or NaN (y infinite). Every bool-to-number conversion goes around it:
+    # .to(float), promotion in an op, copy_ of a bool into a float tensor.
+    def program(d: Any) -> list[torch.Tensor]:
+        mask = torch.tensor([False, True, False, False], device=d)
+        y = torch.tensor([-2.0, -3.0, float("inf"), -0.5], device=d)
+        made = mask.to(torch.float32)
+        copied = torch.zeros(4, device=d).copy_(mask)
+        return [made.mul_(-1), mask * y, copied * y, mask.to(torch.float64) * -1]
+
+    for e, x in zip(program("cpu"), program(dev)):
+        torch.testing.assert_close(x.cpu(), e, rtol=0, atol=0, equal_nan=True)
+        assert torch.equal(x.cpu().signbit(), e.signbit())

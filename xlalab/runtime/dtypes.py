@@ -70,6 +70,18 @@ def unsupported(dtype: torch.dtype) -> str:
     return why + "; supported: " + ", ".join(str(d) for d in TORCH_TO_JNP)
 
 
+def convert(x: Any, want: Any) -> Any:
+    """``x`` as an array of the JAX type ``want``: the one way the runtime and its lowerings
+    change a value's type. A bool becomes a number through int8: XLA's simplifier turns
+    ``float(mask) * y`` into ``select(mask, y, 0)``, which gives +0 where torch's product is
+    -0 (a negative y) or NaN (y infinite or NaN)."""
+    if x.dtype == want:
+        return x
+    if x.dtype == jnp.bool_ and jnp.issubdtype(want, jnp.inexact):
+        x = x.astype(jnp.int8)
+    return x.astype(want)
+
+
 def to_torch(dtype: Any) -> torch.dtype:
     return JNP_TO_TORCH[np.dtype(dtype)]
 

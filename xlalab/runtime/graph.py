@@ -43,7 +43,7 @@ from . import (
     replica_state,
     sharding,  # SPMD: shardings of leaves, pinned outputs and constraints
 )
-from .dtypes import to_jnp
+from .dtypes import convert, to_jnp
 from .frames import Frame, library_caller, user_frames
 from .ir import Node
 from .log import vlog
@@ -326,14 +326,7 @@ def _subst(a: Any, vals: Sequence[Any], leaf: Callable[[Any], Any] | None = None
 
 
 def _cast(x: Any, dtype: torch.dtype) -> Any:
-    want = to_jnp(dtype)
-    if x.dtype == want:
-        return x
-    if x.dtype == jnp.bool_ and jnp.issubdtype(want, jnp.inexact):
-        # Through int8: XLA's simplifier turns ``float(mask) * y`` into ``select(mask, y, 0)``,
-        # which gives 0 where y is NaN or inf (torch gives NaN: 0 * inf).
-        x = x.astype(jnp.int8)
-    return x.astype(want)
+    return convert(x, to_jnp(dtype))
 
 
 def lower_node(instr: tuple[Any, ...], vals: list[Any]) -> Any:

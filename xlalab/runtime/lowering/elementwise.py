@@ -17,7 +17,7 @@ import jax.scipy.special as jsp
 import torch
 from jax import lax
 
-from xlalab.runtime.dtypes import to_jnp
+from xlalab.runtime.dtypes import convert, to_jnp
 from xlalab.runtime.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -653,7 +653,7 @@ def _zero(x: Array) -> Array:
 def _copy(x: Array, src: Array, non_blocking: bool = False) -> Array:
     # Functional ``copy_`` (what functionalization and AOTAutograd write): ``x``'s shape and
     # dtype, ``src``'s values broadcast into it.
-    return jnp.broadcast_to(src.astype(x.dtype), x.shape)
+    return jnp.broadcast_to(convert(src, x.dtype), x.shape)
 
 
 @lowering(aten.clone.default)
@@ -672,7 +672,7 @@ def _to_copy(
     memory_format: Any = None,
 ) -> Array:
     # Only the dtype conversion is ours; device moves belong to the runtime.
-    return x if dtype is None else x.astype(to_jnp(dtype))
+    return x if dtype is None else convert(x, to_jnp(dtype))
 
 
 # --- complex results ----------------------------------------------------------------------
