@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -468,3 +469,28 @@ def test_a_bool_made_a_number_keeps_the_sign_of_zero(dev: torch.device) -> None:
     for e, x in zip(program("cpu"), program(dev)):
         torch.testing.assert_close(x.cpu(), e, rtol=0, atol=0, equal_nan=True)
         assert torch.equal(x.cpu().signbit(), e.signbit())
+
+
+def test_max_min_and_clamp_keep_the_first_of_a_tie(dev: torch.device) -> None:
+    # torch picks with a comparison and keeps the first operand on a tie: relu(-0.0) is -0.0,
+    # max(-0.0, 0.0) is -0.0 and max(0.0, -0.0) is 0.0 (XLA's max gives +0.0 for both); NaN
+    # from either operand wins (fmax/fmin skip it).
+    x = torch.tensor([-0.0, 0.0, -0.0, 0.0, float("nan"), -1.0, 2.0, float("nan")])
+    y = torch.tensor([0.0, -0.0, -0.0, 0.0, 1.0, -0.0, float("nan"), float("nan")])
+    ops = {
+        "relu": lambda a, b: torch.relu(a),
+        "relu6": lambda a, b: F.relu6(a),
+        "clamp_min": lambda a, b: a.clamp_min(0),
+        "clamp": lambda a, b: a.clamp(0, 1),
+        "clamp_tensors": lambda a, b: a.clamp(b, b + 1),
+        "clamp_nan": lambda a, b: a.clamp(min=float("nan")),
+        "maximum": torch.maximum,
+        "minimum": torch.minimum,
+        "fmax": torch.fmax,
+        "fmin": torch.fmin,
+    }
+    for name, op in ops.items():
+        want, got = op(x, y), op(x.to(dev), y.to(dev)).cpu()
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, msg=name)
+        numbers = ~want.isnan()
+        assert torch.equal(got[numbers].signbit(), want[numbers].signbit()), name

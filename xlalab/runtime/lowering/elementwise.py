@@ -272,44 +272,67 @@ def _lerp(x: Array, end: Array, weight: Array | Scalar) -> Array:
 # --- min / max / clamp ------------------------------------------------------------
 
 
+# torch's kernels pick between two values with a comparison, and keep the first operand on a tie:
+# max(-0.0, 0.0) is -0.0 (relu(-0.0) too), where XLA's max and min give +0.0 and -0.0 whatever
+# the order. NaN in either operand gives NaN (the f-forms skip it).
+
+
+def larger(x: Array, other: Array | Scalar) -> Array:
+    """``torch.maximum(x, other)``: the first on a tie, NaN if either is."""
+    out = jnp.where(x < other, other, x)
+    return jnp.where(jnp.isnan(other), other, out) if _inexact(other) else out
+
+
+def smaller(x: Array, other: Array | Scalar) -> Array:
+    """``torch.minimum(x, other)``: the first on a tie, NaN if either is."""
+    out = jnp.where(x > other, other, x)
+    return jnp.where(jnp.isnan(other), other, out) if _inexact(other) else out
+
+
+def _inexact(v: Array | Scalar) -> bool:
+    return isinstance(v, float) or (isinstance(v, jax.Array) and jnp.issubdtype(v.dtype, jnp.inexact))
+
+
 @lowering(aten.maximum.default, aten.max.other)
 def _maximum(x: Array, other: Array) -> Array:
-    return jnp.maximum(x, other)  # propagates NaN, like torch.maximum
+    return larger(x, other)
 
 
 @lowering(aten.minimum.default, aten.min.other)
 def _minimum(x: Array, other: Array) -> Array:
-    return jnp.minimum(x, other)
+    return smaller(x, other)
 
 
 @lowering(aten.fmax.default)
 def _fmax(x: Array, other: Array) -> Array:
-    return jnp.fmax(x, other)
+    out = jnp.where(x < other, other, x)
+    return jnp.where(jnp.isnan(x), other, jnp.where(jnp.isnan(other), x, out))
 
 
 @lowering(aten.fmin.default)
 def _fmin(x: Array, other: Array) -> Array:
-    return jnp.fmin(x, other)
+    out = jnp.where(x > other, other, x)
+    return jnp.where(jnp.isnan(x), other, jnp.where(jnp.isnan(other), x, out))
 
 
 @lowering(aten.clamp.default, aten.clamp.Tensor)
 def _clamp(x: Array, min: Array | Scalar | None = None, max: Array | Scalar | None = None) -> Array:
     # max(min(...)) order matters when min > max: torch then returns max.
     if min is not None:
-        x = jnp.maximum(x, min)
+        x = larger(x, min)
     if max is not None:
-        x = jnp.minimum(x, max)
+        x = smaller(x, max)
     return x
 
 
 @lowering(aten.clamp_min.default, aten.clamp_min.Tensor)
 def _clamp_min(x: Array, min: Array | Scalar) -> Array:
-    return jnp.maximum(x, min)
+    return larger(x, min)
 
 
 @lowering(aten.clamp_max.default, aten.clamp_max.Tensor)
 def _clamp_max(x: Array, max: Array | Scalar) -> Array:
-    return jnp.minimum(x, max)
+    return smaller(x, max)
 
 
 # --- comparisons, logical and bitwise ops -----------------------------------------
@@ -516,7 +539,7 @@ for _op, _fn in _UNARY.items():
 
 @lowering(aten.relu.default)
 def _relu(x: Array) -> Array:
-    return jnp.maximum(x, jnp.zeros((), x.dtype))
+    return larger(x, jnp.zeros((), x.dtype))
 
 
 @lowering(aten.sign.default, aten.sgn.default)

@@ -20,7 +20,7 @@ import torch
 from jax import lax
 
 from xlalab.runtime.lowering import pooling
-from xlalab.runtime.lowering.elementwise import HALF, Scalar, compute_float, safe_exp
+from xlalab.runtime.lowering.elementwise import HALF, Scalar, compute_float, larger, safe_exp, smaller
 from xlalab.runtime.lowering.pooling import expand
 from xlalab.runtime.lowering.reductions import axes
 from xlalab.runtime.lowering.registry import lowering
@@ -750,7 +750,7 @@ def _threshold_backward(grad_output: Array, x: Array, threshold: Scalar) -> Arra
 
 @lowering(aten.hardtanh.default)
 def _hardtanh(x: Array, min_val: Scalar = -1, max_val: Scalar = 1) -> Array:
-    return jnp.minimum(jnp.maximum(x, min_val), max_val)
+    return smaller(larger(x, min_val), max_val)  # relu6's -0.0 stays -0.0, as in eager
 
 
 @lowering(aten.hardtanh_backward.default)

@@ -20,7 +20,14 @@ import torch
 from jax import lax
 
 from xlalab.runtime.dtypes import to_jnp
-from xlalab.runtime.lowering.elementwise import compute_float, is_integral, log_exact, safe_exp
+from xlalab.runtime.lowering.elementwise import (
+    compute_float,
+    is_integral,
+    larger,
+    log_exact,
+    safe_exp,
+    smaller,
+)
 from xlalab.runtime.lowering.registry import LOWERINGS, lowering
 
 prims = torch.ops.prims
@@ -61,8 +68,8 @@ _BINARY: dict[str, Callable[[Any, Any], Array]] = {
     "add": jnp.add,
     "sub": jnp.subtract,
     "mul": jnp.multiply,
-    "maximum": jnp.maximum,
-    "minimum": jnp.minimum,
+    "maximum": larger,
+    "minimum": smaller,
     "pow": jnp.power,
     "atan2": jnp.arctan2,
     "remainder": jnp.remainder,
