@@ -572,3 +572,16 @@ def test_grouped_mm_and_its_gradients(shapes: tuple[tuple[int, ...], ...], dev: 
     for got, w in zip(grads, grads_want):
         torch.testing.assert_close(got.cpu(), w)  # nothing past the groups: zeros on both sides
     assert met.executed_fallback_ops() == []
+
+
+def test_triangle_indices_are_made_on_the_device(dev: torch.device) -> None:
+    # tril_indices/triu_indices (pairwise features, attention over pairs) are constants of the
+    # program, in torch's order, where they were made on the CPU and sent over.
+    met.clear_all()
+    for row, col, offset in [(0, 3, 0), (1, 1, 0), (3, 4, -1), (5, 6, 2), (4, 2, -7), (3, 3, 8)]:
+        for make in (torch.tril_indices, torch.triu_indices):
+            got = make(row, col, offset, device=dev, dtype=torch.int32)
+            assert torch.equal(got.cpu(), make(row, col, offset, dtype=torch.int32))
+    assert met.executed_fallback_ops() == []
+    with pytest.raises(RuntimeError, match="row must be non-negative"):
+        torch.tril_indices(-1, 3, device=dev)

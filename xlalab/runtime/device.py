@@ -173,6 +173,8 @@ _FACTORIES = (
     aten.eye.m,
     aten.scalar_tensor.default,
     aten.full.default,
+    aten.tril_indices.default,
+    aten.triu_indices.default,
 )
 _libs: list[Any] = []
 

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 import torch
 
 from ..dtypes import to_jnp
@@ -93,3 +94,15 @@ def _zeros_like(x: Any, *, dtype: Any = None, **_: Any) -> Any:
 @lowering(aten.ones_like.default)
 def _ones_like(x: Any, *, dtype: Any = None, **_: Any) -> Any:
     return jnp.ones(x.shape, _dt(dtype, x.dtype))
+
+
+# The coordinates of a matrix's lower (upper) triangle: static, so a constant of the program, in
+# torch's order (row by row).
+@lowering(aten.tril_indices.default)
+def _tril_indices(row: int, col: int, offset: int = 0, *, dtype: Any = None) -> Any:
+    return jnp.asarray(np.stack(np.tril_indices(row, offset, col)).astype(np.int64))
+
+
+@lowering(aten.triu_indices.default)
+def _triu_indices(row: int, col: int, offset: int = 0, *, dtype: Any = None) -> Any:
+    return jnp.asarray(np.stack(np.triu_indices(row, offset, col)).astype(np.int64))
