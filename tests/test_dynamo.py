@@ -756,11 +756,21 @@ def _optimizer_cases() -> list[tuple[str, bool | None]]:
     return cases
 
 
-def _optimizer_steps(name: str, foreach: bool | None, device: Any, backend: str | None) -> list[torch.Tensor]:
+def _optimizer_steps(
+    name: str,
+    foreach: bool | None,
+    device: Any,
+    backend: str | None,
+    lr: float | torch.Tensor = 0.01,
+    schedule: bool = False,
+) -> list[torch.Tensor]:
+    """The parameters after a few steps of ``torch.optim.<name>``, compiled with ``backend``
+    (uncompiled for None), with a cosine learning-rate schedule if asked."""
     torch.manual_seed(0)
     model = nn.Linear(3, 4, bias=name != "Muon").to(device)  # Muon takes matrices only
-    kwargs: dict[str, Any] = {"lr": 0.01} if foreach is None else {"lr": 0.01, "foreach": foreach}
+    kwargs: dict[str, Any] = {"lr": lr} if foreach is None else {"lr": lr, "foreach": foreach}
     opt = getattr(torch.optim, name)(model.parameters(), **kwargs)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10) if schedule else None
 
     def step(x: torch.Tensor) -> torch.Tensor:
         opt.zero_grad()
@@ -771,8 +781,10 @@ def _optimizer_steps(name: str, foreach: bool | None, device: Any, backend: str 
 
     run = step if backend is None else torch.compile(step, backend=backend)
     gen = torch.Generator().manual_seed(1)
-    for _ in range(3):
+    for _ in range(4 if schedule else 3):
         run(torch.randn(5, 3, generator=gen).to(device))
+        if sched is not None:
+            sched.step()
     return [p.detach().cpu() for p in model.parameters()]
 
 
@@ -830,33 +842,13 @@ def test_inplace_ops_dynamo_writes_as_fma(dtype: torch.dtype, dev: torch.device)
 def test_a_learning_rate_schedule_says_to_make_the_rate_a_tensor(dev: torch.device) -> None:
     # A float rate is baked into the compiled optimizer step: a scheduler recompiles it every
     # step. With a tensor rate the step compiles once and trains as eager does.
-    def train(device: Any, lr: float | torch.Tensor, compiled: bool) -> list[torch.Tensor]:
-        torch.manual_seed(0)
-        model = nn.Linear(4, 2).to(device)
-        opt = torch.optim.AdamW(model.parameters(), lr=lr)
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
-
-        def step(x: torch.Tensor) -> torch.Tensor:
-            opt.zero_grad()
-            loss = model(x).pow(2).mean()
-            loss.backward()
-            opt.step()
-            return loss
-
-        run = torch.compile(step, backend="xlalab") if compiled else step
-        gen = torch.Generator().manual_seed(0)
-        for _ in range(4):
-            run(torch.randn(3, 4, generator=gen).to(device))
-            sched.step()
-        return [p.detach().cpu() for p in model.parameters()]
-
-    eager = train("cpu", 0.01, compiled=False)
+    eager = _optimizer_steps("AdamW", None, "cpu", None, schedule=True)
     torch._dynamo.reset()
     dynamo.reset()
     seen: list[events.Event] = []
     unsubscribe = events.subscribe(seen.append)
     try:
-        train(dev, 0.01, compiled=True)
+        _optimizer_steps("AdamW", None, dev, "xlalab", schedule=True)
     finally:
         unsubscribe()
     recompiles = [e for e in seen if isinstance(e, dynamo.RecompileEvent)]
@@ -864,7 +856,7 @@ def test_a_learning_rate_schedule_says_to_make_the_rate_a_tensor(dev: torch.devi
     assert "is no longer 0.01" in recompiles[0].explanation
     torch._dynamo.reset()
     dynamo.reset()
-    on_xla = train(dev, torch.tensor(0.01), compiled=True)
+    on_xla = _optimizer_steps("AdamW", None, dev, "xlalab", lr=torch.tensor(0.01), schedule=True)
     assert not [r for r in dynamo.compiled_functions() if r.recompiles]
     for x, e in zip(on_xla, eager):
         torch.testing.assert_close(x, e, rtol=1e-5, atol=1e-6)

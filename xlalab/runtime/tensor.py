@@ -495,6 +495,7 @@ def _compute_meta(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
 # ``histc`` everywhere but on the CPU. The device follows CUDA's rules for these.
 ACCELERATOR_DTYPES = {aten.histc.default}
 
+
 def _grouped_mm_meta(
     a: Any, b: Any, offs: Any = None, bias: Any = None, out_dtype: torch.dtype | None = None
 ) -> torch.Tensor:

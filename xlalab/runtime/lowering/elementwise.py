@@ -305,14 +305,17 @@ def _minimum(x: Array, other: Array) -> Array:
 
 @lowering(aten.fmax.default)
 def _fmax(x: Array, other: Array) -> Array:
-    out = jnp.where(x < other, other, x)
-    return jnp.where(jnp.isnan(x), other, jnp.where(jnp.isnan(other), x, out))
+    return _skipping_nan(larger, x, other)
 
 
 @lowering(aten.fmin.default)
 def _fmin(x: Array, other: Array) -> Array:
-    out = jnp.where(x > other, other, x)
-    return jnp.where(jnp.isnan(x), other, jnp.where(jnp.isnan(other), x, out))
+    return _skipping_nan(smaller, x, other)
+
+
+def _skipping_nan(pick: Any, x: Array, other: Array) -> Array:
+    """``pick(x, other)``, except that a NaN operand gives way to the other one."""
+    return jnp.where(jnp.isnan(x), other, jnp.where(jnp.isnan(other), x, pick(x, other)))
 
 
 @lowering(aten.clamp.default, aten.clamp.Tensor)
@@ -515,7 +518,13 @@ _UNARY: dict[Any, Any] = {
     # The conjugate view, as its values: xla tensors carry no conjugate bit (as the CPU fallback
     # gave them before, a copy that writes do not reach the base through).
     aten._conj.default: jnp.conj,
+    aten.angle.default: lambda x: jnp.angle(x) if jnp.iscomplexobj(x) else _real_angle(x),
 }
+
+
+def _real_angle(x: Array) -> Array:
+    # torch: pi for a negative number, 0 otherwise, NaN for NaN.
+    return jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.asarray(math.pi, x.dtype), jnp.zeros((), x.dtype)))
 
 
 def _float_unary(fn: Any) -> Any:
@@ -558,15 +567,6 @@ def _sign(x: Array) -> Array:
     # which turns abs's gradient g * sgn(x) at NaN into 0 where torch computes NaN * 0.
     # (x == 0 too: torch's sign of -0.0 is +0.0, jnp's is -0.0)
     return jnp.where(jnp.isnan(x) | (x == 0), jnp.zeros((), x.dtype), jnp.sign(x))
-
-
-@lowering(aten.angle.default)
-def _angle(x: Array) -> Array:
-    if jnp.iscomplexobj(x):
-        return jnp.angle(x)
-    x = compute_float(x.astype(jnp.float32) if is_integral(x) else x)
-    # torch: pi for a negative number, 0 otherwise, NaN for NaN.
-    return jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.asarray(math.pi, x.dtype), jnp.zeros((), x.dtype)))
 
 
 @lowering(aten.frac.default)
