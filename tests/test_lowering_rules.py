@@ -17,6 +17,7 @@ base ops the runtime lowers them to.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -37,14 +38,23 @@ from torch.utils._pytree import tree_map
 jax.config.update("jax_enable_x64", True)
 
 from xlalab.runtime.dtypes import to_jnp  # noqa: E402
-from xlalab.runtime.lowering import elementwise, indexing, linalg, nn, reductions  # noqa: E402
+from xlalab.runtime.lowering import (  # noqa: E402
+    distance,
+    elementwise,
+    indexing,
+    linalg,
+    nn,
+    reductions,
+    sampling,
+    upsample,
+)
 from xlalab.runtime.lowering.registry import LOWERINGS  # noqa: E402
 
 aten = torch.ops.aten
 
 # Only the rules of these modules are under test here; views, factories and random ops
 # belong to the runtime and have their own tests.
-MODULES = {m.__name__ for m in (elementwise, reductions, nn, linalg, indexing)}
+MODULES = {m.__name__ for m in (elementwise, reductions, nn, linalg, indexing, upsample, sampling, distance)}
 
 
 def _ours(op: Any) -> bool:
@@ -272,6 +282,18 @@ def B(*shape: int) -> torch.Tensor:
 
 def SPECIAL() -> torch.Tensor:
     return torch.tensor([1.5, -2.5, 0.5, float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 3.0])
+
+
+def _cdist_backward_args(p: float) -> tuple:
+    x1, x2 = R(2, 4, 3), R(1, 5, 3)
+    x1[:, 0] = x2[0, 1]
+    return (R(2, 4, 5), x1, x2, p, aten._cdist_forward(x1, x2, p, None))
+
+
+def _pdist_backward_args(p: float) -> tuple:
+    x = R(6, 3)
+    x[3] = x[1]
+    return (R(15), x, p, aten._pdist_forward(x, p))
 
 
 @dataclass
@@ -719,6 +741,35 @@ case(aten.upsample_nearest2d.default, lambda: (R(2, 3, 4, 5), [6, 7], 1.5, 1.5))
 case(aten.upsample_nearest2d.vec, lambda: (R(2, 3, 4, 5), None, [2.0, 1.5]))
 case(aten.upsample_nearest2d_backward.default, lambda: (R(2, 3, 7, 3), [7, 3], [2, 3, 4, 5]))
 case(aten.upsample_nearest2d_backward.default, lambda: (R(2, 3, 8, 10), [8, 10], [2, 3, 4, 5], 2.0, 2.0))
+case(aten.upsample_bicubic2d.default, lambda: (R(2, 3, 5, 7), [9, 4], False))
+case(aten.upsample_bicubic2d.default, lambda: (R(1, 2, 6, 6), [10, 3], True, 1.7, 0.6))
+case(aten.upsample_bicubic2d.vec, lambda: (R(1, 2, 6, 6), None, False, [1.7, 2.3]))
+case(aten.upsample_bicubic2d_backward.default, lambda: (R(2, 3, 9, 4), [9, 4], [2, 3, 5, 7], False))
+case(aten.upsample_bicubic2d_backward.default, lambda: (R(1, 2, 4, 9), [4, 9], [1, 2, 6, 6], True))
+# Grids reach past [-1, 1] (randn), so every padding mode has reads to fold, clip or drop.
+for _mode, _pad, _corners in itertools.product((0, 1, 2), (0, 1, 2), (False, True)):
+    _how = (_mode, _pad, _corners)
+    case(aten.grid_sampler_2d.default, lambda h=_how: (R(2, 3, 5, 7), R(2, 4, 6, 2), *h))
+    case(
+        aten.grid_sampler_2d_backward.default,
+        lambda h=_how: (R(2, 3, 4, 6), R(2, 3, 5, 7), R(2, 4, 6, 2), *h, [True, True]),
+        1e-4,
+        1e-5,
+    )
+    if _mode != 2:
+        case(aten.grid_sampler_3d.default, lambda h=_how: (R(1, 2, 3, 4, 5), R(1, 2, 3, 4, 3), *h))
+        case(
+            aten.grid_sampler_3d_backward.default,
+            lambda h=_how: (R(1, 2, 2, 3, 4), R(1, 2, 3, 4, 5), R(1, 2, 3, 4, 3), *h, [False, True]),
+            1e-4,
+            1e-5,
+        )
+# cdist's batch dims broadcast; rows 0 of x1 repeat a row of x2, so a distance is zero.
+for _p in (0.0, 1.0, 2.0, 3.0, 0.5, 1.5, math.inf):
+    case(aten._cdist_forward.default, lambda p=_p: (R(2, 4, 3), R(1, 5, 3), p, None))
+    case(aten._cdist_backward.default, lambda p=_p: _cdist_backward_args(p), 1e-4, 1e-5)
+    case(aten._pdist_forward.default, lambda p=_p: (R(6, 3), p))
+    case(aten._pdist_backward.default, lambda p=_p: _pdist_backward_args(p), 1e-4, 1e-5)
 case(aten.glu.default, lambda: (R(4, 6), 1))
 case(aten.glu_backward.default, lambda: (R(2, 6), R(4, 6), 0))
 case(aten.embedding.default, lambda: (R(10, 4), I(10, 3, 5)))

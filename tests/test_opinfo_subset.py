@@ -36,7 +36,8 @@ SUBSET = [
     "nn.functional.gelu", "nn.functional.silu", "nn.functional.cross_entropy", "nn.functional.mse_loss",
     "nn.functional.embedding", "index_select", "gather",
     "scatter_add", "index_put", "__getitem__", "cat", "squeeze", "sort", "topk", "nn.functional.bilinear",
-    "nn.functional.hardshrink", "histc",
+    "nn.functional.hardshrink", "histc", "cdist", "nn.functional.grid_sample",
+    "nn.functional.interpolate.bicubic",
 ]  # fmt: skip
 
 # Ops the training workloads and the model blocks depend on: these must never fall back.
@@ -47,7 +48,8 @@ MUST_LOWER = {
     "nn.functional.adaptive_avg_pool2d", "nn.functional.adaptive_max_pool2d", "nn.functional.batch_norm",
     "nn.functional.layer_norm", "nn.functional.gelu", "nn.functional.silu", "nn.functional.cross_entropy",
     "nn.functional.mse_loss", "nn.functional.embedding", "index_select", "gather", "cat", "squeeze",
-    "nn.functional.bilinear", "nn.functional.hardshrink", "histc",
+    "nn.functional.bilinear", "nn.functional.hardshrink", "histc", "cdist", "nn.functional.grid_sample",
+    "nn.functional.interpolate.bicubic",
 }  # fmt: skip
 
 DTYPES = (torch.float32, torch.int64, torch.bfloat16)

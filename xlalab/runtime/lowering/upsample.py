@@ -1,16 +1,19 @@
 """Lowerings of interpolation (``F.interpolate``): nearest, nearest-exact and (bi/tri)linear
-in 1, 2 and 3 spatial dims, and their backward ops.
+in 1, 2 and 3 spatial dims, bicubic in 2, and their backward ops.
 
 Shapes are static, so every source index and weight is a trace-time NumPy constant computed
 the way torch's kernels compute them (in float32, ``area_pixel_compute_source_index``).
 Interpolation is separable: one gather (nearest) or two gathers and a weighted sum (linear)
-per spatial axis. A backward is ``jax.vjp`` of its forward: the transpose of the gathers.
+per spatial axis (four for bicubic, which goes from the last axis to the first so that its
+sums associate as torch's kernel's do). A backward is ``jax.vjp`` of its forward: the
+transpose of the gathers.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -52,6 +55,45 @@ def _linear_taps(out: int, size: int, align_corners: bool, scale: float | None) 
     i1 = np.minimum(i0 + 1, size - 1)
     w1 = (src - i0.astype(np.float32)).astype(np.float32)
     return i0, i1, np.float32(1) - w1, w1
+
+
+def cubic_coefficients(t: Any) -> list[Any]:
+    """The four weights of Keys' cubic convolution (A = -0.75, torch's) at fraction ``t``
+    (a NumPy or JAX array: the taps at offsets -1, 0, 1, 2)."""
+    a = -0.75
+
+    def near(x: Any) -> Any:  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x: Any) -> Any:  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
+def _cubic_taps(out: int, size: int, align_corners: bool, scale: float | None) -> tuple[np.ndarray, ...]:
+    """(indices, weights), each ``(out, 4)``, along one axis; taps past the edge read the edge."""
+    ratio = _scale(size, out, align_corners, scale)
+    dst = np.arange(out, dtype=np.float32)
+    src = ratio * dst if align_corners else ratio * (dst + np.float32(0.5)) - np.float32(0.5)  # not clamped
+    low = np.floor(src)
+    t = (src - low).astype(np.float32)
+    index = np.clip(low.astype(np.int64)[:, None] + np.arange(-1, 3), 0, size - 1)
+    return index, np.stack(cubic_coefficients(t), axis=1).astype(np.float32)
+
+
+def cubic(x: Array, output_size: Sequence[int], align_corners: bool, scales: Scales) -> Array:
+    nd = len(output_size)
+    y = compute_float(x)
+    for i in reversed(range(nd)):
+        axis = x.ndim - nd + i
+        index, weight = _cubic_taps(output_size[i], y.shape[axis], align_corners, scales[i])
+        shape = [1] * y.ndim
+        shape[axis] = output_size[i]
+        taps = [jnp.take(y, jnp.asarray(index[:, k]), axis=axis) for k in range(4)]
+        w = [jnp.asarray(weight[:, k].reshape(shape), y.dtype) for k in range(4)]
+        y = taps[0] * w[0] + taps[1] * w[1] + taps[2] * w[2] + taps[3] * w[3]
+    return y.astype(x.dtype)
 
 
 def nearest(x: Array, output_size: Sequence[int], scales: Scales, exact: bool = False) -> Array:
@@ -124,15 +166,15 @@ def _pad(scales: Sequence[float | None], nd: int) -> list[float | None]:
     return list(scales) + [None] * (nd - len(scales))
 
 
-# --- linear -----------------------------------------------------------------------------------
+# --- linear and cubic -----------------------------------------------------------------------------------
 
 
-def _register_linear(name: str, nd: int) -> None:
+def _register_linear(name: str, nd: int, interpolate: Callable[..., Array] = linear) -> None:
     packet = getattr(aten, f"upsample_{name}")
     backward = getattr(aten, f"upsample_{name}_backward").default
 
     def forward(x: Array, output_size: Sequence[int], align_corners: bool, *scales: float | None) -> Array:
-        return linear(x, output_size, align_corners, _pad(scales, nd))
+        return interpolate(x, output_size, align_corners, _pad(scales, nd))
 
     def vec(
         x: Array,
@@ -142,7 +184,7 @@ def _register_linear(name: str, nd: int) -> None:
     ) -> Array:
         size = _size_from(x, output_size, scale_factors)
         scales = scale_factors if output_size is None else (None,) * nd
-        return linear(x, size, align_corners, scales)  # type: ignore[arg-type]
+        return interpolate(x, size, align_corners, scales)  # type: ignore[arg-type]
 
     def grad(
         grad_output: Array,
@@ -152,7 +194,7 @@ def _register_linear(name: str, nd: int) -> None:
         *scales: float | None,
     ) -> Array:
         return _backward(
-            lambda x_: linear(x_, output_size, align_corners, _pad(scales, nd)), grad_output, input_size
+            lambda x_: interpolate(x_, output_size, align_corners, _pad(scales, nd)), grad_output, input_size
         )
 
     lowering(packet.default)(forward)
@@ -165,3 +207,4 @@ for _nd in (1, 2, 3):
     _register_nearest(_nd, exact=True)
 for _name, _nd in (("linear1d", 1), ("bilinear2d", 2), ("trilinear3d", 3)):
     _register_linear(_name, _nd)
+_register_linear("bicubic2d", 2, cubic)
