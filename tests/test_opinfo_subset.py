@@ -37,7 +37,7 @@ SUBSET = [
     "nn.functional.embedding", "index_select", "gather",
     "scatter_add", "index_put", "__getitem__", "cat", "squeeze", "sort", "topk", "nn.functional.bilinear",
     "nn.functional.hardshrink", "histc", "cdist", "nn.functional.grid_sample",
-    "nn.functional.interpolate.bicubic",
+    "nn.functional.interpolate.bicubic", "median", "nanmedian", "kthvalue", "mode",
 ]  # fmt: skip
 
 # Ops the training workloads and the model blocks depend on: these must never fall back.
@@ -49,7 +49,7 @@ MUST_LOWER = {
     "nn.functional.layer_norm", "nn.functional.gelu", "nn.functional.silu", "nn.functional.cross_entropy",
     "nn.functional.mse_loss", "nn.functional.embedding", "index_select", "gather", "cat", "squeeze",
     "nn.functional.bilinear", "nn.functional.hardshrink", "histc", "cdist", "nn.functional.grid_sample",
-    "nn.functional.interpolate.bicubic",
+    "nn.functional.interpolate.bicubic", "median", "nanmedian", "kthvalue", "mode",
 }  # fmt: skip
 
 DTYPES = (torch.float32, torch.int64, torch.bfloat16)

@@ -398,3 +398,102 @@ def _topk(x: Array, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
         _, order = lax.top_k(jnp.invert(moved), k)  # order-reversing keys, no overflow
     values = jnp.take_along_axis(moved, order, axis=-1)
     return jnp.moveaxis(values, -1, dim), jnp.moveaxis(order.astype(jnp.int64), -1, dim)
+
+
+# --- order statistics ---------------------------------------------------------------
+# kthvalue, median, nanmedian and mode read a stable ascending sort of each slice (NaN last,
+# as torch orders it). Among equal values torch's kernels return whichever index their
+# partial sort left there; these return the sort's (the sweep accepts any tied index).
+
+
+def _sorted_slices(x: Array, dim: int) -> tuple[Array, Array]:
+    """Each slice along ``dim`` sorted, moved last, and where each sorted value came from."""
+    moved = jnp.moveaxis(x, dim, -1)
+    order = jnp.argsort(moved, axis=-1, stable=True)
+    return jnp.take_along_axis(moved, order, axis=-1), order
+
+
+def _picked(
+    values: Array, order: Array, at: Array | int, dim: int, keepdim: bool
+) -> tuple[Array, Array]:
+    """The sorted slices' entries at position ``at`` (one per slice, or one for all)."""
+    pos = jnp.broadcast_to(jnp.asarray(at), values.shape[:-1])[..., None]
+    v = jnp.take_along_axis(values, pos, axis=-1)[..., 0]
+    i = jnp.take_along_axis(order, pos, axis=-1)[..., 0].astype(jnp.int64)
+    if keepdim:
+        v, i = jnp.expand_dims(v, dim), jnp.expand_dims(i, dim)
+    return v, i
+
+
+def _first_nan(x: Array, dim: int) -> tuple[Array, Array]:
+    """Per slice: whether it holds a NaN, and the index of its first NaN."""
+    nan = jnp.isnan(jnp.moveaxis(x, dim, -1))
+    return jnp.any(nan, axis=-1), jnp.argmax(nan, axis=-1).astype(jnp.int64)
+
+
+@lowering(aten.kthvalue.default)
+def _kthvalue(x: Array, k: int, dim: int = -1, keepdim: bool = False) -> tuple[Array, Array]:
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    dim = _dim(dim, x.ndim)
+    values, order = _sorted_slices(x, dim)
+    return _picked(values, order, k - 1, dim, keepdim)
+
+
+def _median_dim(x: Array, dim: int, keepdim: bool, skip_nan: bool) -> tuple[Array, Array]:
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    dim = _dim(dim, x.ndim)
+    values, order = _sorted_slices(x, dim)
+    n = x.shape[dim]
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return _picked(values, order, (n - 1) // 2, dim, keepdim)
+    if skip_nan:  # the lower median of the values that are not NaN (NaN when all are)
+        count = jnp.sum(~jnp.isnan(values), axis=-1)
+        return _picked(values, order, jnp.maximum(count - 1, 0) // 2, dim, keepdim)
+    v, i = _picked(values, order, (n - 1) // 2, dim, False)
+    has_nan, nan_at = _first_nan(x, dim)  # a NaN anywhere makes the median NaN, at the first one
+    v, i = jnp.where(has_nan, jnp.nan, v).astype(x.dtype), jnp.where(has_nan, nan_at, i)
+    return (jnp.expand_dims(v, dim), jnp.expand_dims(i, dim)) if keepdim else (v, i)
+
+
+@lowering(aten.median.dim)
+def _median(x: Array, dim: int, keepdim: bool = False) -> tuple[Array, Array]:
+    return _median_dim(x, dim, keepdim, skip_nan=False)
+
+
+@lowering(aten.nanmedian.dim)
+def _nanmedian(x: Array, dim: int, keepdim: bool = False) -> tuple[Array, Array]:
+    return _median_dim(x, dim, keepdim, skip_nan=True)
+
+
+@lowering(aten.median.default)
+def _median_all(x: Array) -> Array:
+    if x.size == 0:
+        return jnp.full((), jnp.nan, x.dtype)
+    return _median_dim(x.reshape(-1), 0, False, skip_nan=False)[0]
+
+
+@lowering(aten.nanmedian.default)
+def _nanmedian_all(x: Array) -> Array:
+    if x.size == 0:
+        return jnp.full((), jnp.nan, x.dtype)
+    return _median_dim(x.reshape(-1), 0, False, skip_nan=True)[0]
+
+
+@lowering(aten.mode.default)
+def _mode(x: Array, dim: int = -1, keepdim: bool = False) -> tuple[Array, Array]:
+    """The most frequent value of each slice, the smallest of those equally frequent."""
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    dim = _dim(dim, x.ndim)
+    values, order = _sorted_slices(x, dim)
+    n = values.shape[-1]
+    at = jnp.arange(n)
+    starts = jnp.concatenate(
+        [jnp.ones((*values.shape[:-1], 1), bool), values[..., 1:] != values[..., :-1]], axis=-1
+    )
+    run_start = lax.cummax(jnp.where(starts, at, 0), axis=values.ndim - 1)
+    run_length = at - run_start + 1  # so far, at each position of a run of equal values
+    # The first position where a run reaches the greatest length ends the smallest mode.
+    return _picked(values, order, jnp.argmax(run_length, axis=-1), dim, keepdim)
