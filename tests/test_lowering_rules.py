@@ -408,6 +408,13 @@ _UNARY_INPUTS: dict[str, Callable[[], torch.Tensor]] = {
 }  # fmt: skip
 for _name, _make in _UNARY_INPUTS.items():
     case(getattr(aten, _name).default, lambda mk=_make: (mk(),), 1e-5, 1e-6)
+case(aten.digamma.default, lambda: (SPECIAL(),), 1e-5, 1e-6)  # an infinity at each zero, signed
+for _n in (0, 1):
+    case(aten.polygamma.default, lambda n=_n: (n, SPECIAL()), 1e-5, 1e-6)
+    case(aten.polygamma.default, lambda n=_n: (n, R(7) * 3), 1e-5, 1e-6)
+case(aten.nextafter.default, lambda: (SPECIAL(), torch.tensor([2.0, -3.0, 0.0, 1.0, 0, 0, -1.0, 1.0, 3.0])))
+# Subnormals too: their exponent is read from the bits, which XLA's arithmetic would flush.
+case(aten.frexp.Tensor, lambda: (torch.cat([SPECIAL(), R(7) * 1e-39, torch.tensor([1e-45, -3e-42])]),))
 case(aten.exp.default, lambda: (I(5, 4),))
 case(aten.sqrt.default, lambda: (I(5, 4),))
 case(aten.abs.default, lambda: (I(9, 4) - 4,))

@@ -733,7 +733,12 @@ def _lowered(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     return wrap_result(node)
 
 
-def _inplace(functional: OpOverload) -> Handler:
+def _inplace(
+    functional: OpOverload, arguments: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None
+) -> Handler:
+    """The in-place op as ``functional`` recorded and written back into ``self`` (the first
+    argument); ``arguments`` reorders the call's arguments where the two schemas differ."""
+
     def handler(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self = args[0]
         if type(self) is not XlaTensor:
@@ -743,11 +748,12 @@ def _inplace(functional: OpOverload) -> Handler:
                 f"{dev} and {self.device}! ({func._schema.name} writes into a {self.device} tensor "
                 f"with an operand on {dev}: move one of them, e.g. the operand with .to('{self.device}'))"
             )
-        node = record(functional, args, kwargs)
+        fargs = args if arguments is None else arguments(args)
+        node = record(functional, fargs, kwargs)
         if node is None or node.outs is not None:
             return fallback(func, args, kwargs)
         if index_checks.enabled[0]:
-            index_checks.note(functional, args, kwargs, _node_of)
+            index_checks.note(functional, fargs, kwargs, _node_of)
         _check_inplace(func, self, node)
         metrics.count(info(func).counter)
         assign(self, node)
@@ -1525,6 +1531,8 @@ FALLBACK_IF: dict[OpOverload, Callable[[tuple[Any, ...]], bool]] = {
     # torch's decomposition draws rand_like(self), which has no integer kernel; eager's own
     # geometric_ fills integer tensors too.
     aten.geometric_.default: lambda args: not args[0].dtype.is_floating_point,
+    # Orders 2 and up are a Hurwitz zeta, which JAX computes otherwise than torch (elementwise.py).
+    aten.polygamma.default: lambda args: args[0] > 1,
 }
 
 

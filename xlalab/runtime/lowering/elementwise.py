@@ -477,6 +477,11 @@ def log_exact(x: Array) -> Array:
     return jnp.log(lax.optimization_barrier(x))
 
 
+def _digamma(x: Array) -> Array:
+    # torch: an infinity at a zero, its sign the zero's opposite (-inf at +0.0, +inf at -0.0).
+    return jnp.where(x == 0, jnp.copysign(jnp.asarray(jnp.inf, x.dtype), -x), lax.digamma(x))
+
+
 # Ops whose torch semantics are exactly the jnp function of one argument. A table keeps
 # ~40 one-line lowerings readable; each entry is still one registration per overload.
 _UNARY: dict[Any, Any] = {
@@ -506,7 +511,7 @@ _UNARY: dict[Any, Any] = {
     aten.erfc.default: lax.erfc,
     aten.erfinv.default: lax.erf_inv,
     aten.lgamma.default: lax.lgamma,
-    aten.digamma.default: lambda x: jnp.where(x == 0, -jnp.inf, lax.digamma(x)),  # torch: -inf at 0
+    aten.digamma.default: _digamma,
     aten.sigmoid.default: jax.nn.sigmoid,
     aten.floor.default: jnp.floor,
     aten.ceil.default: jnp.ceil,
@@ -713,8 +718,30 @@ def _polar(abs: Array, angle: Array) -> Array:
 
 
 # --- special functions (jax.scipy.special) ------------------------------------------------
-# polygamma and zeta stay on the CPU: JAX's disagree with torch's (cephes) for negative
-# arguments and at the poles.
+# zeta, and polygamma of order 2 and up (a zeta), stay on the CPU: JAX's zeta disagrees with
+# torch's (cephes) for negative arguments and at the poles (tensor.FALLBACK_IF). Orders 0 and
+# 1 (digamma, and trigamma: digamma's derivative, in every Gamma, Beta and Dirichlet loss) are
+# lowered, trigamma with torch's own series.
+
+
+def _trigamma(x: Array) -> Array:
+    """torch's calc_trigamma: reflect below 1/2, six steps of the recurrence, then the
+    asymptotic series."""
+    reflect = x < 0.5
+    s = jnp.sin(jnp.asarray(math.pi, x.dtype) * x)
+    result = jnp.where(reflect, -jnp.asarray(math.pi * math.pi, x.dtype) / (s * s), jnp.zeros((), x.dtype))
+    x = jnp.where(reflect, 1 - x, x)
+    for _ in range(6):
+        result = result + 1 / (x * x)
+        x = x + 1
+    ixx = 1 / (x * x)
+    result = result + (1 + 1 / (2 * x) + ixx * (1 / 6 - ixx * (1 / 30 - ixx * (1 / 42)))) / x
+    return jnp.where(reflect, -result, result)
+
+
+@lowering(aten.polygamma.default)
+def _polygamma(n: int, x: Array) -> Array:
+    return _float_unary(_digamma if n == 0 else _trigamma)(x)
 
 _SPECIAL_UNARY: dict[Any, Any] = {
     aten.i0.default: jsp.i0,
@@ -748,3 +775,36 @@ def _gcd(x: Array, other: Array) -> Array:
 @lowering(aten.lcm.default)
 def _lcm(x: Array, other: Array) -> Array:
     return jnp.lcm(x, other)
+
+
+@lowering(aten.nextafter.default)
+def _nextafter(x: Array, other: Array) -> Array:
+    return jnp.nextafter(x, other)
+
+
+@lowering(aten.frexp.Tensor)
+def _frexp(x: Array) -> tuple[Array, Array]:
+    """C's frexp on the bits: ``x = mantissa * 2**exponent``, |mantissa| in [0.5, 1).
+
+    Integer arithmetic throughout, so that a subnormal ``x`` gets its true exponent where
+    XLA's float arithmetic on the CPU would read it as zero. Zeros, infinities and NaN keep
+    their value, with exponent 0."""
+    info = jnp.finfo(x.dtype)
+    nbits, nmant = info.bits, info.nmant
+    uint = {16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}[nbits]
+    bits = lax.bitcast_convert_type(x, uint).astype(jnp.int64)
+    field_mask = (1 << (nbits - 1 - nmant)) - 1  # the exponent field, shifted down
+    bias = field_mask // 2
+    field = (bits >> nmant) & field_mask
+    fraction = bits & ((1 << nmant) - 1)
+    sign = bits & ~((1 << (nbits - 1)) - 1)
+    # A subnormal's fraction, shifted until its top bit is the implicit one.
+    top = (63 - lax.clz(jnp.maximum(fraction, 1))).astype(jnp.int64)
+    subnormal = (field == 0) & (fraction != 0)
+    special = (field == field_mask) | ((field == 0) & (fraction == 0))  # inf, NaN, zero
+    shift = jnp.where(subnormal, nmant - top, 0)
+    exponent = jnp.where(subnormal, top - nmant + 1 - bias + 1, field - bias + 1)
+    fraction = jnp.where(subnormal, (fraction << shift) & ((1 << nmant) - 1), fraction)
+    mantissa_bits = sign | ((bias - 1) << nmant) | fraction
+    mantissa = lax.bitcast_convert_type(mantissa_bits.astype(uint), x.dtype)
+    return jnp.where(special, x, mantissa), jnp.where(special, 0, exponent).astype(jnp.int32)

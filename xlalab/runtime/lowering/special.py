@@ -100,6 +100,10 @@ for _inplace, _view in INPLACE_VIEWS.items():
     rt._SPECIAL[_inplace] = _inplace_view(_view)
 for _inplace, _functional in INPLACE_TWINS.items():
     rt._SPECIAL[_inplace] = rt._inplace(_functional)
+# polygamma_(self, n) is polygamma(n, self) in place (orders past 1 stay on the CPU, as polygamma's).
+rt._SPECIAL[aten.polygamma_.default] = rt._guarded(
+    rt._inplace(aten.polygamma.default, lambda args: (args[1], args[0])), lambda args: args[1] > 1
+)
 rt._SPECIAL[aten.resize_.default] = _resize_
 rt._SPECIAL[aten.resize_as_.default] = _resize_
 rt._SPECIAL[aten._has_compatible_shallow_copy_type.default] = _compatible_shallow_copy_type
