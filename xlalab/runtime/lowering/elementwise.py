@@ -746,25 +746,52 @@ def _polygamma(n: int, x: Array) -> Array:
 _SPECIAL_UNARY: dict[Any, Any] = {
     aten.i0.default: jsp.i0,
     aten.special_i0e.default: jsp.i0e,
-    aten.special_i1.default: jsp.i1,
-    aten.special_i1e.default: jsp.i1e,
+    aten.special_i1.default: lambda x: _positive_zero(x, jsp.i1(x)),  # torch's i1(-0.0) is +0.0
+    aten.special_i1e.default: lambda x: _positive_zero(x, jsp.i1e(x)),
     aten.special_erfcx.default: jsp.erfcx,
     aten.special_ndtri.default: jsp.ndtri,
     aten.special_ndtr.default: jsp.ndtr,
-    aten.special_log_ndtr.default: jsp.log_ndtr,
+    aten.special_log_ndtr.default: lambda x: _log_ndtr(x),
 }
+
+
+def _positive_zero(x: Array, y: Array) -> Array:
+    return jnp.where(x == 0, jnp.zeros((), y.dtype), y)
+
+
+def _log_ndtr(x: Array) -> Array:
+    # torch's calc_log_ndtr: the scaled complementary error function below -1, log1p above.
+    t = x * jnp.asarray(math.sqrt(0.5), x.dtype)
+    lower = jnp.log(jsp.erfcx(-t) / 2) - t * t
+    upper = jnp.log1p(-lax.erfc(t) / 2)
+    return jnp.where(x < -1, lower, upper)
 for _op, _fn in _SPECIAL_UNARY.items():
     lowering(_op)(_float_unary(_fn))
 
 
+def _incomplete_gamma(a: Array, x: Array, upper: bool) -> Array:
+    """torch's regularized incomplete gamma (lower, or upper): JAX's inside the domain, and
+    torch's values at its edges, where JAX gives NaN (a = 0, an infinite a) or 1 (both
+    infinite)."""
+    a, x = jnp.broadcast_arrays(compute_float(a), compute_float(x))
+    value = jsp.gammaincc(a, x) if upper else jsp.gammainc(a, x)
+    one, zero, nan = (jnp.asarray(v, value.dtype) for v in (1.0, 0.0, jnp.nan))
+    full, empty = (zero, one) if upper else (one, zero)  # the value as x -> inf, and at x = 0
+    value = jnp.where(jnp.isinf(x), full, value)
+    value = jnp.where(jnp.isinf(a), jnp.where(jnp.isinf(x), nan, empty), value)
+    value = jnp.where(x == 0, empty, value)
+    value = jnp.where(a == 0, jnp.where(x > 0, full, nan), value)
+    return jnp.where((x < 0) | (a < 0), nan, value)
+
+
 @lowering(aten.igamma.default)
 def _igamma(x: Array, other: Array) -> Array:
-    return jsp.gammainc(compute_float(x), compute_float(other))
+    return _incomplete_gamma(x, other, upper=False)
 
 
 @lowering(aten.igammac.default)
 def _igammac(x: Array, other: Array) -> Array:
-    return jsp.gammaincc(compute_float(x), compute_float(other))
+    return _incomplete_gamma(x, other, upper=True)
 
 
 @lowering(aten.gcd.default)

@@ -758,6 +758,15 @@ def _hardtanh_backward(grad_output: Array, x: Array, min_val: Scalar, max_val: S
     return jnp.where((x <= min_val) | (x >= max_val), jnp.zeros((), grad_output.dtype), grad_output)
 
 
+@lowering(aten.softshrink.default)
+def _softshrink(x: Array, lambd: Scalar = 0.5) -> Array:
+    # torch's kernel: +0.0 inside [-lambd, lambd] and NaN through. (Its decomposition's
+    # ``x * 0`` gives -0.0 for a negative x there.)
+    y = compute_float(x)
+    inside = jnp.where(jnp.isnan(y), y, jnp.zeros((), y.dtype))
+    return jnp.where(y > lambd, y - lambd, jnp.where(y < -lambd, y + lambd, inside)).astype(x.dtype)
+
+
 @lowering(aten.hardshrink_backward.default, aten.softshrink_backward.default)
 def _shrink_backward(grad_output: Array, x: Array, lambd: Scalar) -> Array:
     # Both shrinks are flat on [-lambd, lambd] and slope 1 outside (NaN takes the gradient, as
