@@ -348,6 +348,8 @@ case(aten.fmod.Scalar, lambda: (R(8) * 5, 1.5))
 case(aten.pow.Tensor_Scalar, lambda: (R(6), 2))
 case(aten.pow.Tensor_Scalar, lambda: (R(6), 3.0))
 case(aten.pow.Tensor_Scalar, lambda: (P(6), 0.5))
+case(aten.pow.Tensor_Scalar, lambda: (SPECIAL(), 0.5))  # sqrt: -0.0 stays -0.0, -inf is NaN
+case(aten.pow.Tensor_Scalar, lambda: (SPECIAL(), -0.5))  # rsqrt: -0.0 gives -inf
 case(aten.pow.Tensor_Scalar, lambda: (I(5, 6), 3))
 case(aten.pow.Tensor_Tensor, lambda: (P(6), R(6)))
 case(aten.pow.Scalar, lambda: (2.0, R(6)))

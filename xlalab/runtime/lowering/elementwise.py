@@ -186,7 +186,7 @@ def _fmod(x: Array, other: Array | Scalar) -> Array:
     return jnp.fmod(x, other)
 
 
-@lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
+@lowering(aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def _pow(x: Array | Scalar, exponent: Array | Scalar) -> Array:
     if isinstance(exponent, int) and exponent < 0 and is_integral(x) and not isinstance(x, _PY_NUMBER):
         # eager checks the Scalar exponent's value before computing
@@ -204,6 +204,16 @@ def _pow(x: Array | Scalar, exponent: Array | Scalar) -> Array:
     if is_integral(x, exponent):
         return _integer_pow(jnp.asarray(x), jnp.asarray(exponent))
     return jnp.power(x, exponent)
+
+
+@lowering(aten.pow.Tensor_Scalar)
+def _pow_scalar(x: Array, exponent: Scalar) -> Array:
+    out = _pow(x, exponent)
+    if isinstance(exponent, int) or not jnp.issubdtype(out.dtype, jnp.floating):
+        return out  # an integer exponent (multiplies, above) or complex numbers
+    # torch's kernel takes sqrt for an exponent of 1/2 and rsqrt for -1/2, which differ from C's
+    # pow at -0.0 and -inf: sqrt(-0.0) is -0.0 and rsqrt(-0.0) -inf, where pow gives 0.0 and inf.
+    return jnp.where(exponent == 0.5, jnp.sqrt(x), jnp.where(exponent == -0.5, lax.rsqrt(x), out))
 
 
 def _integer_pow(x: Array, exponent: Array) -> Array:
