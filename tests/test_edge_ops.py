@@ -585,3 +585,77 @@ def test_triangle_indices_are_made_on_the_device(dev: torch.device) -> None:
     assert met.executed_fallback_ops() == []
     with pytest.raises(RuntimeError, match="row must be non-negative"):
         torch.tril_indices(-1, 3, device=dev)
+
+
+# Bags of 4, 0 (empty), 3 and 3 indices; index 4 repeats, and is the padding index where one is set.
+_BAG_INDICES = [1, 2, 4, 5, 4, 3, 2, 9, 4, 4]
+_BAG_OFFSETS = [0, 4, 4, 7]
+
+
+_BAG_MODES = [("sum", False), ("sum", True), ("mean", False), ("max", False)]
+
+
+@pytest.mark.parametrize(("mode", "weighted"), _BAG_MODES)
+@pytest.mark.parametrize("padding_idx", [None, 4])
+@pytest.mark.parametrize("include_last_offset", [False, True])
+def test_embedding_bag_values_and_gradients(
+    mode: str, weighted: bool, padding_idx: int | None, include_last_offset: bool, dev: torch.device
+) -> None:
+    # Per-sample weights are for sum mode only.
+    idx, offsets = torch.tensor(_BAG_INDICES), torch.tensor(_BAG_OFFSETS)
+    if include_last_offset:
+        offsets = torch.cat([offsets, torch.tensor([len(idx)])])
+    gen = torch.Generator().manual_seed(0)
+    weight, psw = torch.randn(10, 3, generator=gen), torch.rand(len(idx), generator=gen)
+
+    def run(device: Any) -> list[torch.Tensor]:
+        w = weight.to(device).requires_grad_()
+        p = psw.to(device).requires_grad_() if weighted else None
+        out = F.embedding_bag(
+            idx.to(device), w, offsets.to(device), mode=mode, padding_idx=padding_idx,
+            include_last_offset=include_last_offset, per_sample_weights=p,
+        )  # fmt: skip
+        grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(device)
+        return [out, *torch.autograd.grad(out, [w] + ([p] if weighted else []), grad)]
+
+    met.clear_all()
+    for got, want in zip(run(dev), run("cpu"), strict=True):
+        torch.testing.assert_close(got.cpu(), want)
+    assert met.executed_fallback_ops() == []
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_embedding_bag_scales_gradients_by_each_index_frequency(mode: str, dev: torch.device) -> None:
+    # scale_grad_by_freq divides each index's gradient by how often that index occurs, as
+    # CUDA's kernel and F.embedding do. (Eager's CPU kernel divides by the count of another
+    # index, the i-th smallest, so it is no reference here; the same bags made of F.embedding
+    # rows are.)
+    idx, offsets = torch.tensor(_BAG_INDICES), torch.tensor(_BAG_OFFSETS)
+    bags = torch.searchsorted(offsets, torch.arange(len(idx)), right=True) - 1
+    weight = torch.randn(10, 3, generator=torch.Generator().manual_seed(0))
+    grad = torch.randn(len(offsets), 3, generator=torch.Generator().manual_seed(1))
+
+    w = weight.clone().requires_grad_()
+    rows = F.embedding(idx, w, scale_grad_by_freq=True)
+    want = torch.zeros(len(offsets), 3).index_add(0, bags, rows)
+    if mode == "mean":
+        want = want / torch.bincount(bags, minlength=len(offsets)).clamp_min(1)[:, None]
+    (want_grad,) = torch.autograd.grad(want, w, grad)
+
+    wd = weight.to(dev).requires_grad_()
+    got = F.embedding_bag(idx.to(dev), wd, offsets.to(dev), mode=mode, scale_grad_by_freq=True)
+    (got_grad,) = torch.autograd.grad(got, wd, grad.to(dev))
+    torch.testing.assert_close(got.cpu(), want.detach())
+    torch.testing.assert_close(got_grad.cpu(), want_grad)
+
+
+def test_embedding_max_norm_renormalizes_the_rows_it_reads(dev: torch.device, fresh_metrics: None) -> None:
+    weight = torch.randn(10, 4, generator=torch.Generator().manual_seed(0)) * 2
+    idx = torch.tensor([[1, 2, 4], [4, 9, 0]])
+    for norm_type in (2.0, 1.0, 3.0, float("inf")):
+        eager_weight, lazy_weight = weight.clone(), weight.to(dev)
+        want = F.embedding(idx, eager_weight, max_norm=1.5, norm_type=norm_type)
+        got = F.embedding(idx.to(dev), lazy_weight, max_norm=1.5, norm_type=norm_type)
+        torch.testing.assert_close(got.cpu(), want)
+        torch.testing.assert_close(lazy_weight.cpu(), eager_weight)  # rows renormalized in place
+    assert met.executed_fallback_ops() == []

@@ -38,6 +38,7 @@ SUBSET = [
     "scatter_add", "index_put", "__getitem__", "cat", "squeeze", "sort", "topk", "nn.functional.bilinear",
     "nn.functional.hardshrink", "histc", "cdist", "nn.functional.grid_sample",
     "nn.functional.interpolate.bicubic", "median", "nanmedian", "kthvalue", "mode",
+    "nn.functional.embedding_bag",
 ]  # fmt: skip
 
 # Ops the training workloads and the model blocks depend on: these must never fall back.
@@ -50,6 +51,7 @@ MUST_LOWER = {
     "nn.functional.mse_loss", "nn.functional.embedding", "index_select", "gather", "cat", "squeeze",
     "nn.functional.bilinear", "nn.functional.hardshrink", "histc", "cdist", "nn.functional.grid_sample",
     "nn.functional.interpolate.bicubic", "median", "nanmedian", "kthvalue", "mode",
+    "nn.functional.embedding_bag",
 }  # fmt: skip
 
 DTYPES = (torch.float32, torch.int64, torch.bfloat16)
