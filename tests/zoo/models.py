@@ -139,6 +139,33 @@ def loss_of(x, y):
         for rnn in ("LSTM", "GRU")
     ),
     Zoo(
+        "text_classification",
+        """\
+class Net(nn.Module):
+    # The PyTorch text-classification tutorial's model: each text's tokens in one bag.
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.EmbeddingBag(64, 16)
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, text, offsets):
+        return self.fc(self.embedding(text, offsets))
+
+model = Net().to(dev)
+
+def batch(n, t):
+    x = torch.randint(0, 64, (n * t,)).to(dev)  # MADE-x
+    y = torch.randint(0, 4, (n,)).to(dev)  # MADE-y
+    return x, y
+
+def loss_of(x, y):
+    offsets = torch.arange(0, x.numel(), x.numel() // y.numel(), device=dev)
+    return F.cross_entropy(model(x, offsets), y)
+""",
+        (4, 6),
+        (4, 7),
+    ),
+    Zoo(
         "attention_transformer",
         """\
 class Net(nn.Module):
