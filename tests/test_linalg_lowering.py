@@ -1,4 +1,6 @@
-"""torch.linalg's factorizations and solvers on xla: XLA programs, not CPU fallbacks.
+"""torch.linalg's factorizations and solvers on xla, and the older names around a Cholesky
+factor (``torch.cholesky``, ``cholesky_solve``, ``cholesky_inverse``, ``triangular_solve``):
+XLA programs, not CPU fallbacks.
 
 Each op is compared with eager CPU PyTorch (LAPACK) on the same random, well-conditioned
 matrices, single and batched, in float32 and float64: every output, including the LU factors,
@@ -35,6 +37,10 @@ LOWERED = {
     "aten::lu_unpack",
     "aten::linalg_lu",
     "aten::linalg_qr",
+    "aten::cholesky",
+    "aten::cholesky_solve",
+    "aten::cholesky_inverse",
+    "aten::triangular_solve",
 }
 SHAPES = [(4, 4), (2, 3, 5, 5)]
 
@@ -64,6 +70,15 @@ def _calls(a: torch.Tensor, b: torch.Tensor, v: torch.Tensor) -> dict[str, Any]:
                     lu, pivots, rhs, left=left, adjoint=adjoint
                 )
         out[f"cholesky_ex {upper}"] = torch.linalg.cholesky_ex(spd, upper=upper)
+        # The older names (GPyTorch's): a factor, solves with it, its inverse.
+        factor = torch.cholesky(spd, upper=upper)
+        out[f"cholesky {upper}"] = factor
+        out[f"cholesky_solve {upper}"] = torch.cholesky_solve(b, factor, upper=upper)
+        out[f"cholesky_inverse {upper}"] = torch.cholesky_inverse(factor, upper=upper)
+        for transpose in (False, True):
+            out[f"triangular_solve {upper} {transpose}"] = torch.triangular_solve(
+                b, a, upper=upper, transpose=transpose, unitriangular=transpose
+            )
     out["solve vector"] = torch.linalg.solve(a, v)
     out["inv_ex"] = torch.linalg.inv_ex(a)
     out["lu_factor_ex"] = torch.linalg.lu_factor_ex(a)
@@ -163,6 +178,9 @@ GRADIENTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "slogdet of a transposed view": lambda a, b: torch.linalg.slogdet(a.mT).logabsdet[..., None, None] * b,
     "det of a slice": lambda a, b: torch.linalg.det(a[:, :3, 1:])[..., None, None] * b,
     "qr": lambda a, b: torch.stack(torch.linalg.qr(a)) @ b,
+    "cholesky_solve": lambda a, b: torch.cholesky_solve(b, torch.cholesky(a @ a.mT)),
+    "cholesky_inverse upper": lambda a, b: torch.cholesky_inverse(torch.cholesky(a @ a.mT, True), True) @ b,
+    "triangular_solve": lambda a, b: torch.triangular_solve(b, a, upper=False, transpose=True).solution,
     "qr of a wide matrix": lambda a, b: torch.linalg.qr(b.mT @ a).R,
 }
 
@@ -209,6 +227,7 @@ SINGULAR = torch.tensor([[1.0, 2.0], [2.0, 4.0]])
         (torch.linalg.inv, torch.linalg.LinAlgError, r"linalg.inv: .*the input matrix is singular"),
         (lambda x: torch.linalg.solve(x, x), torch.linalg.LinAlgError, r"linalg.solve: .*singular"),
         (torch.linalg.cholesky, torch.linalg.LinAlgError, r"linalg.cholesky: .*not positive-definite"),
+        (torch.cholesky, torch.linalg.LinAlgError, r"^cholesky: .*not positive-definite"),
         (
             lambda x: torch.linalg.cholesky_ex(x, check_errors=True),
             torch.linalg.LinAlgError,
@@ -217,7 +236,7 @@ SINGULAR = torch.tensor([[1.0, 2.0], [2.0, 4.0]])
         (lambda x: torch.linalg.inv_ex(x, check_errors=True), torch.linalg.LinAlgError, "linalg.inv_ex: "),
         (torch.linalg.lu_factor, RuntimeError, r"lu_factor: .*division by zero"),
     ],
-    ids=["inv", "solve", "cholesky", "cholesky_ex checked", "inv_ex checked", "lu_factor"],
+    ids=["inv", "solve", "cholesky", "legacy cholesky", "cholesky_ex checked", "inv_ex checked", "lu_factor"],
 )
 def test_a_singular_matrix_raises_eagers_error_by_the_next_sync(
     call: Callable[[torch.Tensor], Any], error: type[Exception], message: str, dev: torch.device

@@ -211,6 +211,17 @@ def linalg_ex_checked(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     return out
 
 
+def legacy_cholesky(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``torch.cholesky`` (the older name): ``linalg.cholesky_ex``'s factor, and its deferred
+    check under the name eager's error gives."""
+    x = args[0]
+    upper = args[1] if len(args) > 1 else kwargs.get("upper", False)
+    factor, info = torch.ops.aten.linalg_cholesky_ex.default(x, upper=upper)
+    check = torch.ops.aten._linalg_check_errors.default
+    linalg_errors(check, (info, "cholesky"), {"is_matrix": x.dim() == 2})
+    return factor
+
+
 _EX_API_NAMES = {
     "aten::linalg_inv_ex": "linalg.inv_ex",
     "aten::linalg_cholesky_ex": "linalg.cholesky_ex",

@@ -1491,6 +1491,7 @@ _SPECIAL: dict[OpOverload, Handler] = {
     aten._linalg_check_errors.default: checks.linalg_errors,
     aten.linalg_inv_ex.default: checks.linalg_ex_checked,
     aten.linalg_cholesky_ex.default: checks.linalg_ex_checked,
+    aten.cholesky.default: checks.legacy_cholesky,
     aten._linalg_solve_ex.default: checks.linalg_ex_checked,
     aten.linalg_lu_factor_ex.default: checks.linalg_ex_checked,
     aten.randperm.out: _randperm_out,

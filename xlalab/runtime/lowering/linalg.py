@@ -324,6 +324,41 @@ def _cholesky_ex(a: Array, upper: bool = False, check_errors: bool = False) -> t
     return (jnp.swapaxes(factor, -1, -2) if upper else factor), info
 
 
+# The older names around a Cholesky factor (GPyTorch and BoTorch call them): solves with
+# ``A = L L^H`` (or ``U^H U``) and its inverse, as two triangular solves each.
+
+
+def _factor_solve(factor: Array, b: Array, upper: bool) -> Array:
+    """``(L L^H)^-1 B`` from the lower factor (``U^H U`` from the upper one)."""
+    factor, b = _batch_broadcast(factor, b)
+    solve = lax.linalg.triangular_solve
+    # L Y = B, then L^H X = Y (U^H Y = B, then U X = Y).
+    y = solve(factor, b, left_side=True, lower=not upper, transpose_a=upper, conjugate_a=upper)
+    return solve(factor, y, left_side=True, lower=not upper, transpose_a=not upper, conjugate_a=not upper)
+
+
+@lowering(aten.cholesky_solve.default, aten._cholesky_solve_helper.default)
+def _cholesky_solve(b: Array, factor: Array, upper: bool = False) -> Array:
+    return _factor_solve(factor, b, upper)
+
+
+@lowering(aten.cholesky_inverse.default)
+def _cholesky_inverse(factor: Array, upper: bool = False) -> Array:
+    eye = jnp.broadcast_to(jnp.eye(factor.shape[-1], dtype=factor.dtype), factor.shape)
+    return _factor_solve(factor, eye, upper)
+
+
+@lowering(aten.triangular_solve.default)
+def _triangular_solve(
+    b: Array, a: Array, upper: bool = True, transpose: bool = False, unitriangular: bool = False
+) -> tuple[Array, Array]:
+    a, b = _batch_broadcast(a, b)
+    x = lax.linalg.triangular_solve(
+        a, b, left_side=True, lower=not upper, transpose_a=transpose, unit_diagonal=unitriangular
+    )
+    return x, a  # and the coefficient matrix, broadcast, as eager's copy of it
+
+
 # Householder QR: JAX's LAPACK kernels and the LAPACK torch links choose the same signs, so Q
 # and R equal eager's (checked on a sweep of shapes and dtypes). Not so for the singular and
 # eigen vectors of ``svd`` and ``eigh``, which differ in sign from eager's on many inputs
