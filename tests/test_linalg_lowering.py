@@ -41,6 +41,8 @@ LOWERED = {
     "aten::cholesky_solve",
     "aten::cholesky_inverse",
     "aten::triangular_solve",
+    "aten::linalg_matrix_exp",
+    "aten::linalg_householder_product",
 }
 SHAPES = [(4, 4), (2, 3, 5, 5)]
 
@@ -79,6 +81,8 @@ def _calls(a: torch.Tensor, b: torch.Tensor, v: torch.Tensor) -> dict[str, Any]:
             out[f"triangular_solve {upper} {transpose}"] = torch.triangular_solve(
                 b, a, upper=upper, transpose=transpose, unitriangular=transpose
             )
+    out["matrix_exp"] = torch.linalg.matrix_exp(a - a.mT)
+    out["householder_product"] = torch.linalg.householder_product(b, b[..., 0, :])
     out["solve vector"] = torch.linalg.solve(a, v)
     out["inv_ex"] = torch.linalg.inv_ex(a)
     out["lu_factor_ex"] = torch.linalg.lu_factor_ex(a)
@@ -181,6 +185,8 @@ GRADIENTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "cholesky_solve": lambda a, b: torch.cholesky_solve(b, torch.cholesky(a @ a.mT)),
     "cholesky_inverse upper": lambda a, b: torch.cholesky_inverse(torch.cholesky(a @ a.mT, True), True) @ b,
     "triangular_solve": lambda a, b: torch.triangular_solve(b, a, upper=False, transpose=True).solution,
+    "matrix_exp": lambda a, b: torch.linalg.matrix_exp(a / 4) @ b,
+    "householder_product": lambda a, b: torch.linalg.householder_product(a, b[..., 0]),
     "qr of a wide matrix": lambda a, b: torch.linalg.qr(b.mT @ a).R,
 }
 
@@ -288,3 +294,26 @@ def test_qr_equals_lapacks_signs_included_on_any_shape(shape: tuple[int, ...], d
         for mode in ("reduced", "complete", "r"):
             _assert_same(torch.linalg.qr(a.to(dev), mode=mode), torch.linalg.qr(a, mode=mode), mode, 1e-4)
     assert "aten::linalg_qr" not in met.executed_fallback_ops()
+
+
+@pytest.mark.parametrize("orthogonal_map", ["matrix_exp", "cayley", "householder"])
+def test_orthogonal_parametrization_trains_as_eager(orthogonal_map: str, dev: torch.device) -> None:
+    # nn.utils.parametrizations.orthogonal: a matrix exponential, a Cayley transform or
+    # Householder reflectors of the raw weight, recomputed at every forward.
+    from torch.nn.utils import parametrizations
+
+    torch.manual_seed(0)
+    eager = parametrizations.orthogonal(torch.nn.Linear(6, 6), orthogonal_map=orthogonal_map)
+    lazy = parametrizations.orthogonal(torch.nn.Linear(6, 6), orthogonal_map=orthogonal_map).to(dev)
+    lazy.load_state_dict(eager.state_dict())
+    met.clear_all()
+    for model, device in ((eager, "cpu"), (lazy, dev)):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(3):
+            x = torch.randn(4, 6, generator=torch.Generator().manual_seed(step)).to(device)
+            opt.zero_grad()
+            (model(x) ** 3).mean().backward()
+            opt.step()
+            xm.mark_step()
+    torch.testing.assert_close(lazy.weight.detach().cpu(), eager.weight.detach(), rtol=1e-5, atol=1e-5)
+    assert not _fallbacks()
