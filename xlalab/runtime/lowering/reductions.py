@@ -130,12 +130,14 @@ def _argmin(x: Array, dim: int | None = None, keepdim: bool = False) -> Array:
     return _arg_extreme(jnp.argmin, x, dim, keepdim)
 
 
-@lowering(aten.all.default, aten.all.dim, aten.all.dims)
+# _is_all_true/_is_any_true: torch.distributions' argument and support checks reduce a mask
+# with them before reading one bool; reduced here, only that bool leaves the device.
+@lowering(aten.all.default, aten.all.dim, aten.all.dims, aten._is_all_true.default)
 def _all(x: Array, dim: Dims = None, keepdim: bool = False) -> Array:
     return jnp.all(x != 0, axis=axes(x, dim), keepdims=keepdim)
 
 
-@lowering(aten.any.default, aten.any.dim, aten.any.dims)
+@lowering(aten.any.default, aten.any.dim, aten.any.dims, aten._is_any_true.default)
 def _any(x: Array, dim: Dims = None, keepdim: bool = False) -> Array:
     return jnp.any(x != 0, axis=axes(x, dim), keepdims=keepdim)
 
