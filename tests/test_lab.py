@@ -157,6 +157,7 @@ def test_a_cpu_fallback_names_its_line_and_counts(shell: Shell) -> None:
     out = shell.ok("x = torch.tensor([0.0, 1.0, 2.0], device=dev)\nnz = torch.nonzero(x)")
     count = shell.sh.execution_count - 1
     assert "aten::nonzero ran on the CPU (once)" in out
+    assert "torch.nonzero_static(x, size=N) keeps a fixed shape" in out, out
     assert f"at cell [{count}], line 2 in <module>: nz = torch.nonzero(x)" in out
     out = shell.ok("for _ in range(3):\n    nz = torch.nonzero(x * 2)")
     assert "aten::nonzero ran on the CPU (3 times)" in out

@@ -499,6 +499,8 @@ case(aten.all.dim, lambda: (B(5, 6) | B(5, 6), 1))
 case(aten.any.dims, lambda: (I(2, 5, 6), [0]))
 case(aten.any.default, lambda: (R(5, 6),))
 case(aten._is_all_true.default, lambda: (B(5, 6),))
+for _size in (0, 4, 40):  # cut, and padded with fill_value
+    case(aten.nonzero_static.default, lambda: (B(5, 6),), kwargs=lambda n=_size: {"size": n, "fill_value": 7})
 case(aten._is_all_true.default, lambda: (torch.ones(3, dtype=torch.bool),))
 case(aten._is_any_true.default, lambda: (B(5, 6),))
 case(aten.count_nonzero.dim_IntList, lambda: (I(3, 5, 6), [1]))

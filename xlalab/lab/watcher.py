@@ -51,6 +51,12 @@ ACCESS_REASONS = {
 ITEM_OP = "aten::_local_scalar_dense"  # the .item() read, reported as a transfer, not a fallback
 
 DYNAMIC_SHAPE_OPS = {"aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique2"}
+# The form of a data-shaped op whose shape is fixed, so that it stays on the device.
+STATIC_FORMS = {
+    "aten::nonzero": "torch.nonzero_static(x, size=N) keeps a fixed shape and runs on the device "
+    "(rows past the count hold fill_value)",
+    "aten::masked_select": "torch.where(mask, x, 0) keeps x's shape and runs on the device",
+}
 KEEP_GRAPHS = 32
 # Compiled mode (xlalab.dynamo) events, told apart by kind and compile reason: the watcher reads
 # their fields by name, so the notebook layer does not import the dynamo package.
@@ -747,6 +753,8 @@ class Watcher:
             details.append(
                 "its output shape depends on the data, so graphs that use it recompile as it changes"
             )
+            if ev.op in STATIC_FORMS:
+                details.append(STATIC_FORMS[ev.op])
         return self._finding(
             ("fallback", ev.op, site),
             "fallback",

@@ -497,3 +497,13 @@ def _mode(x: Array, dim: int = -1, keepdim: bool = False) -> tuple[Array, Array]
     run_length = at - run_start + 1  # so far, at each position of a run of equal values
     # The first position where a run reaches the greatest length ends the smallest mode.
     return _picked(values, order, jnp.argmax(run_length, axis=-1), dim, keepdim)
+
+
+@lowering(aten.nonzero_static.default)
+def _nonzero_static(x: Array, size: int, fill_value: int = -1) -> Array:
+    """``nonzero`` padded (or cut) to ``size`` rows: the static-shape form torch_xla recommends
+    in place of ``nonzero``, whose shape depends on the values."""
+    if x.ndim == 0:
+        return jnp.zeros((size, 0), jnp.int64)
+    coords = jnp.nonzero(x, size=size, fill_value=fill_value)
+    return jnp.stack(coords, axis=1).astype(jnp.int64)
