@@ -766,6 +766,16 @@ case(aten.upsample_bicubic2d.default, lambda: (R(1, 2, 6, 6), [10, 3], True, 1.7
 case(aten.upsample_bicubic2d.vec, lambda: (R(1, 2, 6, 6), None, False, [1.7, 2.3]))
 case(aten.upsample_bicubic2d_backward.default, lambda: (R(2, 3, 9, 4), [9, 4], [2, 3, 5, 7], False))
 case(aten.upsample_bicubic2d_backward.default, lambda: (R(1, 2, 4, 9), [4, 9], [1, 2, 6, 6], True))
+# Antialiased: down by factors up to 16 (filters 33 and 65 taps wide), up, and an unchanged axis.
+for _aa in ("bilinear", "bicubic"):
+    _fwd = getattr(aten, f"_upsample_{_aa}2d_aa")
+    _bwd = getattr(aten, f"_upsample_{_aa}2d_aa_backward").default
+    case(_fwd.default, lambda f=_fwd: (R(2, 3, 16, 20), [5, 7], False), 1e-5, 1e-6)
+    case(_fwd.default, lambda: (R(1, 1, 64, 48), [4, 3], True), 1e-5, 1e-6)
+    case(_fwd.default, lambda: (R(1, 2, 7, 10), [14, 10], False), 1e-5, 1e-6)
+    case(_fwd.vec, lambda: (R(1, 2, 32, 32), None, False, [0.3, 0.45]), 1e-5, 1e-6)
+    case(_bwd, lambda: (R(2, 3, 5, 7), [5, 7], [2, 3, 16, 20], False), 1e-5, 1e-6)
+    case(_bwd, lambda: (R(1, 2, 14, 3), [14, 3], [1, 2, 7, 10], True), 1e-5, 1e-6)
 # Grids reach past [-1, 1] (randn), so every padding mode has reads to fold, clip or drop.
 for _mode, _pad, _corners in itertools.product((0, 1, 2), (0, 1, 2), (False, True)):
     _how = (_mode, _pad, _corners)

@@ -1,11 +1,13 @@
 """Lowerings of interpolation (``F.interpolate``): nearest, nearest-exact and (bi/tri)linear
-in 1, 2 and 3 spatial dims, bicubic in 2, and their backward ops.
+in 1, 2 and 3 spatial dims, bicubic in 2, antialiased bilinear and bicubic (``antialias=True``,
+torchvision's resize) in 2, and their backward ops.
 
 Shapes are static, so every source index and weight is a trace-time NumPy constant computed
 the way torch's kernels compute them (in float32, ``area_pixel_compute_source_index``).
 Interpolation is separable: one gather (nearest) or two gathers and a weighted sum (linear)
 per spatial axis (four for bicubic, which goes from the last axis to the first so that its
-sums associate as torch's kernel's do). A backward is ``jax.vjp`` of its forward: the
+sums associate as torch's kernel's do; antialiased resizing as many as its stretched filter
+covers). A backward is ``jax.vjp`` of its forward: the
 transpose of the gathers.
 """
 
@@ -29,11 +31,11 @@ Array = jax.Array
 Scales = Sequence[float | None]
 
 
-def _scale(size: int, out: int, align_corners: bool, scale: float | None) -> np.float32:
+def _scale(size: int, out: int, align_corners: bool, scale: float | None, dtype: Any = np.float32) -> Any:
     """torch's area_pixel_compute_scale."""
     if align_corners:
-        return np.float32((size - 1) / (out - 1)) if out > 1 else np.float32(0)
-    return np.float32(1.0 / scale) if scale is not None and scale > 0 else np.float32(size / out)
+        return dtype((size - 1) / (out - 1)) if out > 1 else dtype(0)
+    return dtype(1.0 / scale) if scale is not None and scale > 0 else dtype(size / out)
 
 
 def _nearest_index(out: int, size: int, scale: float | None, exact: bool) -> np.ndarray:
@@ -94,6 +96,74 @@ def cubic(x: Array, output_size: Sequence[int], align_corners: bool, scales: Sca
         w = [jnp.asarray(weight[:, k].reshape(shape), y.dtype) for k in range(4)]
         y = taps[0] * w[0] + taps[1] * w[1] + taps[2] * w[2] + taps[3] * w[3]
     return y.astype(x.dtype)
+
+
+def _aa_filter(cubic: bool, dtype: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """The kernel antialiased resizing weighs taps by: a triangle, or Keys' cubic with A = -0.5
+    (PIL's, where plain bicubic takes torch's -0.75)."""
+    a = dtype(-0.5)
+
+    def triangle(x: np.ndarray) -> np.ndarray:
+        x = np.abs(x)
+        return np.where(x < 1, 1 - x, 0).astype(dtype)
+
+    def keys(x: np.ndarray) -> np.ndarray:
+        x = np.abs(x)
+        near = ((a + 2) * x - (a + 3)) * x * x + 1
+        far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+        return np.where(x < 1, near, np.where(x < 2, far, 0)).astype(dtype)
+
+    return keys if cubic else triangle
+
+
+def _aa_taps(
+    out: int, size: int, align_corners: bool, scale: float | None, cubic: bool, dtype: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """(indices, weights), each ``(out, taps)``, of antialiased resizing along one axis, as
+    torch's separable kernel computes them (in the input's float type): a filter stretched by
+    the downscale factor, its taps normalized to sum to one (unused taps weigh zero)."""
+    ratio = _scale(size, out, align_corners, scale, dtype)
+    one, half = dtype(1), dtype(0.5)
+    support = dtype((4 if cubic else 2) * 0.5) * (ratio if ratio >= one else one)
+    taps = int(np.ceil(support)) * 2 + 1
+    inverse = one / ratio if ratio >= one else one
+    center = ratio * (np.arange(out, dtype=dtype) + half)
+    low = np.maximum(np.trunc(center - support + half).astype(np.int64), 0)
+    count = np.clip(np.minimum(np.trunc(center + support + half).astype(np.int64), size) - low, 0, taps)
+    j = np.arange(taps)
+    offsets = ((j[None, :] + low[:, None]).astype(dtype) - center[:, None] + half) * inverse
+    weights = np.where(j[None, :] < count[:, None], _aa_filter(cubic, dtype)(offsets), dtype(0))
+    total = weights.sum(axis=1, dtype=dtype, keepdims=True)
+    weights = np.where(total != 0, weights / np.where(total != 0, total, one), weights).astype(dtype)
+    return np.minimum(low[:, None] + j[None, :], size - 1), weights
+
+
+def _antialiased(cubic: bool) -> Callable[..., Array]:
+    def resize(x: Array, output_size: Sequence[int], align_corners: bool, scales: Scales) -> Array:
+        """Separable passes from the last axis to the first, each rounded to the input's dtype
+        as torch's kernel stores it between passes; an axis that keeps its size is left alone."""
+        nd = len(output_size)
+        y = x
+        for i in reversed(range(nd)):
+            axis = x.ndim - nd + i
+            if y.shape[axis] == output_size[i]:
+                continue
+            exact = np.float64 if x.dtype == jnp.float64 else np.float32
+            index, weight = _aa_taps(output_size[i], y.shape[axis], align_corners, scales[i], cubic, exact)
+            shape = [1] * y.ndim
+            shape[axis] = output_size[i]
+            wide = compute_float(y)
+            acc = None
+            for k in range(index.shape[1]):
+                term = jnp.take(wide, jnp.asarray(index[:, k]), axis=axis) * jnp.asarray(
+                    weight[:, k].reshape(shape), wide.dtype
+                )
+                acc = term if acc is None else acc + term
+            assert acc is not None
+            y = acc.astype(x.dtype)
+        return y
+
+    return resize
 
 
 def nearest(x: Array, output_size: Sequence[int], scales: Scales, exact: bool = False) -> Array:
@@ -169,9 +239,11 @@ def _pad(scales: Sequence[float | None], nd: int) -> list[float | None]:
 # --- linear and cubic -----------------------------------------------------------------------------------
 
 
-def _register_linear(name: str, nd: int, interpolate: Callable[..., Array] = linear) -> None:
-    packet = getattr(aten, f"upsample_{name}")
-    backward = getattr(aten, f"upsample_{name}_backward").default
+def _register_linear(
+    name: str, nd: int, interpolate: Callable[..., Array] = linear, prefix: str = "upsample"
+) -> None:
+    packet = getattr(aten, f"{prefix}_{name}")
+    backward = getattr(aten, f"{prefix}_{name}_backward").default
 
     def forward(x: Array, output_size: Sequence[int], align_corners: bool, *scales: float | None) -> Array:
         return interpolate(x, output_size, align_corners, _pad(scales, nd))
@@ -208,3 +280,5 @@ for _nd in (1, 2, 3):
 for _name, _nd in (("linear1d", 1), ("bilinear2d", 2), ("trilinear3d", 3)):
     _register_linear(_name, _nd)
 _register_linear("bicubic2d", 2, cubic)
+_register_linear("bilinear2d_aa", 2, _antialiased(cubic=False), prefix="_upsample")
+_register_linear("bicubic2d_aa", 2, _antialiased(cubic=True), prefix="_upsample")
