@@ -39,7 +39,7 @@ def _indexed(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[t
         return [(ix, self.shape[k], True) for k, ix in enumerate(indices) if ix is not None]
     if func is aten.embedding.default:
         return [(args[1], self.shape[0], False)]
-    if func is aten.take.default:
+    if func is aten.take.default or func is aten.put.default:
         return [(args[1], self.numel(), True)]
     if func in (aten.index_select.default, aten.gather.default, aten.index_add.default,
                 aten.index_copy.default, aten.index_fill.int_Scalar, aten.index_fill.int_Tensor):  # fmt: skip

@@ -101,6 +101,18 @@ def _take(x: Array, index: Array) -> Array:
     return x.reshape(-1)[index]
 
 
+@lowering(aten.put.default)
+def _put(x: Array, index: Array, source: Array, accumulate: bool = False) -> Array:
+    """``x`` flattened, ``source`` written (or added) at ``index``; ``take``'s backward."""
+    flat, at, values = x.reshape(-1), index.reshape(-1), source.reshape(-1).astype(x.dtype)
+    at = jnp.where(at < 0, at + flat.shape[0], at)
+    if not accumulate:
+        out = flat.at[at].set(values)
+    else:  # a bool sum is an or
+        out = flat.at[at].max(values) if x.dtype == jnp.bool_ else flat.at[at].add(values)
+    return out.reshape(x.shape)
+
+
 @lowering(aten.gather.default)
 def _gather(x: Array, dim: int, index: Array, sparse_grad: bool = False) -> Array:
     if x.ndim == 0:
