@@ -912,6 +912,9 @@ case(aten.index_add.default, lambda: (R(5, 4), 0, I(5, 7), R(7, 4)), 1e-5, 1e-5,
 case(aten.index_copy.default, lambda: (R(5, 4), 1, torch.randperm(4)[:2], R(5, 2)))
 case(aten.index_fill.int_Scalar, lambda: (R(5, 4), 1, I(4, 2), -1.5))
 case(aten.masked_scatter.default, lambda: (R(5, 4), B(4), R(30)))
+case(aten.masked_scatter.default, lambda: (R(5), B(5, 5), R(30)))  # self broadcasts to the mask
+case(aten.masked_scatter_backward.default, lambda: (R(5, 4), B(4), [30]))
+case(aten.masked_scatter_backward.default, lambda: (R(5, 5), B(5), [8, 5]))  # zeros past the selected
 case(aten.slice_scatter.default, lambda: (R(6, 4), R(6, 2), 1, 1, 4, 2))
 case(aten.slice_scatter.default, lambda: (R(6, 4), R(2, 4), 0, -2))
 case(aten.select_scatter.default, lambda: (R(6, 4), R(6), 1, -1))

@@ -10,6 +10,7 @@ express; it is refused with NotImplementedError. Masked *assignment*
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -298,12 +299,25 @@ def _index_put(
 def _masked_scatter(x: Array, mask: Array, source: Array) -> Array:
     # The k-th selected position takes source's k-th element: a cumsum finds k, so the
     # result keeps a static shape even though the number of selected elements varies.
-    mask = jnp.broadcast_to(mask, x.shape)
+    shape = jnp.broadcast_shapes(x.shape, mask.shape)  # out of place, self broadcasts too
+    x, mask = jnp.broadcast_to(x, shape), jnp.broadcast_to(mask, shape)
     if source.size == 0:
         return x  # nothing to place (torch requires the mask to select nothing then)
     position = jnp.cumsum(mask.reshape(-1).astype(jnp.int64)) - 1
     picked = source.reshape(-1)[jnp.clip(position, 0, source.size - 1)].reshape(x.shape)
     return jnp.where(mask, picked.astype(x.dtype), x)
+
+
+@lowering(aten.masked_scatter_backward.default)
+def _masked_scatter_backward(grad_output: Array, mask: Array, sizes: Sequence[int]) -> Array:
+    # The source's gradient: the selected positions' gradients in order (the inverse of the
+    # placement above), zeros past the count selected.
+    n = math.prod(sizes)
+    selected = jnp.broadcast_to(mask, grad_output.shape).reshape(-1)
+    position = jnp.cumsum(selected.astype(jnp.int64)) - 1
+    out = jnp.zeros((n,), grad_output.dtype)
+    out = out.at[jnp.where(selected, position, n)].set(grad_output.reshape(-1), mode="drop")
+    return out.reshape(tuple(sizes))
 
 
 @lowering(aten.slice_scatter.default)
