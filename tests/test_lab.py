@@ -163,6 +163,38 @@ def test_a_cpu_fallback_names_its_line_and_counts(shell: Shell) -> None:
     assert "aten::nonzero ran on the CPU (3 times)" in out
 
 
+POLICY = """\
+import torch, xlalab.core.xla_model as xm
+from torch.distributions import Normal
+dev = xm.xla_device()
+policy = torch.nn.Linear(4, 2).to(dev)
+opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+
+def step(validate):
+    mean = policy(torch.randn(8, 4).to(dev))
+    dist = Normal(mean, torch.ones_like(mean), validate_args=validate)  # THE-DIST
+    loss = -dist.log_prob(torch.randn(8, 2).to(dev)).mean()  # THE-LOSS
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    xm.mark_step()
+"""
+
+
+def test_a_distributions_argument_check_cuts_the_step_and_says_how_to_turn_it_off(shell: Shell) -> None:
+    # torch.distributions validates by default (validate_args follows __debug__): each check
+    # reads a bool from the device, mid-step, inside torch's code.
+    shell.ok(POLICY)
+    cell = shell.sh.execution_count - 1
+    out = shell.ok("for _ in range(3):\n    step(None)")
+    assert "cut the step" in out, out
+    assert "the read is inside torch/distributions/distribution.py" in out, out
+    assert "validate_args=False" in out and "set_default_validate_args(False)" in out, out
+    assert f"at cell [{cell}], line 9 in step: dist = Normal(" in out, out  # the constructor's checks
+    assert f"at cell [{cell}], line 10 in step: loss = -dist.log_prob(" in out, out  # the sample's
+    assert "cut the step" not in shell.ok("for _ in range(3):\n    step(False)")
+
+
 def test_an_item_inside_a_step_cuts_it_and_says_where(shell: Shell) -> None:
     shell.ok(setup(13))
     # One look at a value in a cell that runs no steps is how notebooks work: quiet.

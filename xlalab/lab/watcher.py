@@ -74,6 +74,14 @@ BRANCH_ADVICE = (
     "to branch on a tensor's value without a sync, torch.cond(pred, true_fn, false_fn, operands) "
     "keeps both branches in the graph and chooses on the device (torch's while_loop, for a loop)"
 )
+# Reads a library makes for its own sake, and how to turn them off (by the library's path).
+LIBRARY_READ_ADVICE = {
+    "torch/distributions/": (
+        "torch.distributions checks its arguments by reading them (validate_args): create the "
+        "distribution with validate_args=False, or call "
+        "torch.distributions.Distribution.set_default_validate_args(False) once"
+    ),
+}
 _BRANCHING = re.compile(r"^\s*(if|elif|while)\b|\bif\b.*\belse\b")
 # kind is set first; frames become "where"; graphs and programs stay here
 _NOT_SENT = ("kind", "frames", "graph", "program")
@@ -723,6 +731,8 @@ class Watcher:
             src = self.cells.source_line(inside)
             where = f"{library_path(inside.file)}:{inside.line} in {inside.function}"
             advice.insert(0, f"the read is inside {where}" + (f": {src}" if src else ""))
+            path = library_path(inside.file)
+            advice[1:1] = [text for prefix, text in LIBRARY_READ_ADVICE.items() if path.startswith(prefix)]
         line = self.cells.source_line(site) if site is not None else ""
         if ev.reason == "item" and site is not None and ".item(" not in line:
             what = "reading a Python number (float(), int(), bool(), if tensor)"
