@@ -164,6 +164,33 @@ def test_division_computes_in_the_dtype_its_rounding_mode_picks(mode: str | None
     differential(both_ways)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mode", ["trunc", "floor"])
+def test_rounding_division_gives_eagers_integer(dtype: torch.dtype, mode: str) -> None:
+    # An ulp in the quotient moves a truncated or floored result by one. Two ways one went:
+    # - XLA divides by a broadcast (a number, a 0-d tensor, a column) as a multiplication by its
+    #   reciprocal: 81 / 2.7 is 29.999998, which truncates to 29 where eager gives 30;
+    # - eager's vectorized loop runs the formula in a half type, rounding every step (23 /
+    #   -2.5625 is -8.976 in float32 and -9.0 in bfloat16, which truncates to -9).
+    # 4000 quotients, many near integers.
+    gen = torch.Generator().manual_seed(0)
+    a = (torch.randn(4000, generator=gen) * 10).round().to(dtype) * 1.35
+    b = (torch.randn(4000, generator=gen) * 3).to(dtype)
+    column = (torch.rand(40, 1, generator=gen) + 0.3).to(dtype)
+
+    def divisions(d: Any) -> tuple[torch.Tensor, ...]:
+        x = a.to(d)
+        return (
+            torch.div(x, b.to(d), rounding_mode=mode),
+            torch.div(x, 2.7, rounding_mode=mode),
+            torch.div(x, torch.tensor(0.3, dtype=dtype).to(d), rounding_mode=mode),
+            torch.div(x.reshape(40, 100), column.to(d), rounding_mode=mode),
+            x // 2.7 if mode == "floor" else x,
+        )
+
+    differential(divisions)
+
+
 # --------------------------------------------------------------------------- integer overflow
 
 _SQUARES: dict[str, Callable[[Any], Any]] = {

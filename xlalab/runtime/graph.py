@@ -47,7 +47,7 @@ from .dtypes import convert, to_jnp
 from .frames import Frame, library_caller, user_frames
 from .ir import Node
 from .log import vlog
-from .lowering.registry import LOWERINGS
+from .lowering.registry import LOWERINGS, RESULT_DTYPE
 from .storage import forget_pending, pending_storages
 
 
@@ -355,6 +355,8 @@ def lower_node(instr: tuple[Any, ...], vals: list[Any]) -> Any:
         for name in names:
             if name in kwargs:
                 kwargs[name] = _promoted(kwargs[name], cd)
+    if op in RESULT_DTYPE and outs is None:
+        kwargs["result_dtype"] = to_jnp(dtype)
     rng = kwargs.pop("__rng__", None)
     if rng is not None:
         seed, offset = rng

@@ -9,6 +9,7 @@ in the right type rather than merely return it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -131,28 +132,71 @@ def _div(x: Array, other: Array | Scalar) -> Array:
     return jnp.true_divide(x, other)
 
 
-@lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
-def _div_mode(x: Array, other: Array | Scalar, rounding_mode: str | None = None) -> Array:
+def rounded_to(dtype: Any) -> Callable[[Array], Array]:
+    """Round a float32 step's result to the half type ``dtype``, as eager's half arithmetic does
+    after each operation (the identity for other types). On float32 values: XLA drops a
+    rounding of a half-typed value, and a float32 -> half -> float32 round trip, where it may
+    keep excess precision."""
+    bits = {jnp.dtype(jnp.bfloat16): (8, 7), jnp.dtype(jnp.float16): (5, 10)}.get(jnp.dtype(dtype))
+    if bits is None:
+        return lambda v: v
+    if bits[0] == 8:  # bfloat16's subnormals are float32's
+        return lambda v: lax.reduce_precision(v, *bits)
+
+    def half(v: Array) -> Array:
+        # reduce_precision flushes float16's subnormals (below 2**-14) to zero; they are the
+        # multiples of 2**-24 there, exact in float32.
+        tiny = jnp.round(v * 2.0**24) * 2.0**-24
+        return jnp.where(jnp.abs(v) < 2.0**-14, tiny.astype(v.dtype), lax.reduce_precision(v, *bits))
+
+    return half
+
+
+# Rounding divisions of half types round as eager's CPU loops do. Dividing by a tensor of
+# several elements, its vectorized loop runs the formula in the half type, rounding every step
+# (a quotient of 8.9756 truncates to 9 in bfloat16); dividing by one number (a Python number, a
+# one-element tensor), it computes in float32 and rounds once (8.9756 truncates to 8).
+
+
+def _exact_divisor(divisor: Array | Scalar, dividend: Array | Scalar) -> Array | Scalar:
+    """The divisor as an array of the quotient's shape that XLA cannot see through. XLA turns a
+    division by a broadcast into a multiplication by its reciprocal, one ulp off eager's
+    quotient on about a fifth of the elements: harmless in ``x / s``, a whole unit where the
+    quotient is then truncated or floored (81 / 2.7 truncates to 29)."""
+    shape = jnp.broadcast_shapes(jnp.shape(dividend), jnp.shape(divisor))
+    if jnp.shape(divisor) == shape:
+        return divisor
+    return lax.optimization_barrier(jnp.broadcast_to(jnp.asarray(divisor), shape))
+
+
+def _division_steps(other: Array | Scalar, result_dtype: Any) -> Callable[[Array], Array]:
+    return rounded_to(result_dtype) if result_dtype is not None and jnp.size(other) != 1 else (lambda v: v)
+
+
+@lowering(aten.div.Tensor_mode, aten.div.Scalar_mode, result_dtype=True)
+def _div_mode(
+    x: Array, other: Array | Scalar, rounding_mode: str | None = None, result_dtype: Any = None
+) -> Array:
     if rounding_mode is None:
         return jnp.true_divide(x, other)
     if rounding_mode == "floor":
         refuse_bool("div(rounding_mode='floor')", x, other)
-        return _floor_div(x, other)
+        return _floor_div(x, other, result_dtype)
     if is_integral(x, other):
         # lax.div on integers truncates toward zero, exactly like C (and torch 'trunc').
         dt = jnp.result_type(x, other)
         a, b = jnp.broadcast_arrays(jnp.asarray(x, dt), jnp.asarray(other, dt))
         return lax.div(a, b)
-    return jnp.trunc(jnp.true_divide(x, other))
+    return jnp.trunc(_division_steps(other, result_dtype)(jnp.true_divide(x, _exact_divisor(other, x))))
 
 
-@lowering(aten.floor_divide.default, aten.floor_divide.Scalar)
-def _floor_divide(x: Array, other: Array | Scalar) -> Array:
+@lowering(aten.floor_divide.default, aten.floor_divide.Scalar, result_dtype=True)
+def _floor_divide(x: Array, other: Array | Scalar, result_dtype: Any = None) -> Array:
     refuse_bool("floor_divide", x, other)
-    return _floor_div(x, other)
+    return _floor_div(x, other, result_dtype)
 
 
-def _floor_div(a: Array | Scalar, b: Array | Scalar) -> Array:
+def _floor_div(a: Array | Scalar, b: Array | Scalar, result_dtype: Any = None) -> Array:
     """Floor division with torch's float formula, which fixes the sign of a zero quotient.
 
     Torch computes (a - fmod(a, b)) / b, corrects it towards -inf and rounds it to the
@@ -162,13 +206,15 @@ def _floor_div(a: Array | Scalar, b: Array | Scalar) -> Array:
     if is_integral(a, b):
         return jnp.floor_divide(a, b)
     dt = jnp.result_type(a, b)
+    step = _division_steps(b, result_dtype)
     a, b = compute_float(jnp.asarray(a, dt)), compute_float(jnp.asarray(b, dt))
-    mod = jnp.fmod(a, b)
-    div = (a - mod) / b
-    div = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    b = _exact_divisor(b, a)
+    mod = step(jnp.fmod(a, b))
+    div = step(step(a - mod) / b)
+    div = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), step(div - 1), div)
     floored = jnp.floor(div)
-    floored = jnp.where(div - floored > 0.5, floored + 1, floored)
-    quotient = a / b
+    floored = jnp.where(step(div - floored) > 0.5, step(floored + 1), floored)
+    quotient = step(a / b)
     out = jnp.where(div == 0, jnp.copysign(jnp.zeros_like(div), quotient), floored)
     return jnp.where(b == 0, quotient, out).astype(dt)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +11,7 @@ import torch
 from jax import lax
 
 from xlalab.runtime.dtypes import to_jnp
-from xlalab.runtime.lowering.elementwise import Scalar, compute_float, is_integral, refuse_bool
+from xlalab.runtime.lowering.elementwise import Scalar, compute_float, is_integral, refuse_bool, rounded_to
 from xlalab.runtime.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -340,7 +339,7 @@ def _histc(x: Array, bins: int = 100, min: Scalar = 0, max: Scalar = 0) -> Array
         wide = flat.astype(jnp.int64)
         pos = (wide - lo) * bins // (hi - lo)
     else:
-        step = _rounded_to(flat.dtype)
+        step = rounded_to(flat.dtype)
         wide = compute_float(flat)
         lo = step(jnp.asarray(lo, wide.dtype))
         hi = step(jnp.asarray(hi, wide.dtype))
@@ -351,11 +350,3 @@ def _histc(x: Array, bins: int = 100, min: Scalar = 0, max: Scalar = 0) -> Array
     return counts.astype(x.dtype)
 
 
-def _rounded_to(dtype: Any) -> Callable[[Array], Array]:
-    """Round a float32 step's result to the half type ``dtype``, as eager's half arithmetic does
-    after each operation. On float32 values: XLA drops a rounding of a half-typed value, and a
-    float32 -> half -> float32 round trip, where it may keep excess precision."""
-    bits = {jnp.dtype(jnp.bfloat16): (8, 7), jnp.dtype(jnp.float16): (5, 10)}.get(jnp.dtype(dtype))
-    if bits is None:
-        return lambda v: v
-    return lambda v: lax.reduce_precision(v, *bits)

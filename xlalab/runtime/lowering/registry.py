@@ -30,6 +30,9 @@ Contract (what a lowering function receives and returns):
   precision where torch's kernel does.
 * It returns one array, or a tuple/list of arrays for multi-output ops. The runtime
   casts each result to the dtype torch's meta kernel predicts, and checks its shape.
+* A lowering registered with ``result_dtype=True`` also receives that dtype, as the keyword
+  ``result_dtype`` (a jnp dtype): promoted operands arrive in the computation dtype, and a
+  lowering that must round as torch's half-type loops round needs the type they store.
 """
 
 from __future__ import annotations
@@ -44,9 +47,13 @@ Lowering = Callable[..., Any]
 LOWERINGS: dict[OpOverload, Lowering] = {}
 # Scalar arguments that select a formula rather than feed one: baked, never graph inputs.
 STATIC_ARGS: dict[OpOverload, frozenset[str]] = {}
+# Ops whose lowering is told the dtype of its (one) result.
+RESULT_DTYPE: set[OpOverload] = set()
 
 
-def lowering(*ops: OpOverload, static: tuple[str, ...] = ()) -> Callable[[Lowering], Lowering]:
+def lowering(
+    *ops: OpOverload, static: tuple[str, ...] = (), result_dtype: bool = False
+) -> Callable[[Lowering], Lowering]:
     """Register ``fn`` as the JAX lowering of every overload in ``ops``."""
 
     def register(fn: Lowering) -> Lowering:
@@ -54,6 +61,8 @@ def lowering(*ops: OpOverload, static: tuple[str, ...] = ()) -> Callable[[Loweri
             if not isinstance(op, OpOverload):
                 raise TypeError(f"lowering() takes aten overloads such as aten.add.Tensor, got {op!r}")
             LOWERINGS[op] = fn
+            if result_dtype:
+                RESULT_DTYPE.add(op)
             if static:
                 STATIC_ARGS[op] = frozenset(static)
         return fn
