@@ -889,6 +889,9 @@ case(aten.put.default, lambda: (R(5, 4), torch.tensor([3, 3, -17, 0]), R(4), Tru
 case(aten.put.default, lambda: (B(5, 4), torch.tensor([3, 3, 1]), B(3), True))
 case(aten.gather.default, lambda: (R(5, 4, 3), 1, I(4, 5, 6, 3)))
 case(aten.gather.default, lambda: (R(5, 4, 3), 0, I(5, 2, 3, 2)))
+case(aten.gather.default, lambda: (R(5), 0, torch.zeros(2, 0, dtype=torch.long)))  # empty, any rank
+case(aten.gather.default, lambda: (R(()), 0, torch.zeros(3, dtype=torch.long)))  # 0-d as size 1
+case(aten.gather.default, lambda: (R(4), 0, torch.tensor(2)))
 case(aten.scatter.src, lambda: (R(6, 4), 0, _perm_index(6, 3, 4), R(5, 5)))
 case(aten.scatter.value, lambda: (R(6, 4), 1, _perm_index(4, 2, 6).T.contiguous(), 2.5))
 case(aten.scatter.reduce, lambda: (R(6, 4), 0, I(6, 8, 4), R(8, 4)), 1e-5, 1e-5, lambda: {"reduce": "add"})
@@ -909,6 +912,9 @@ case(aten.index_put.default, lambda: (R(5, 4), [B(5)], R(4)))
 case(aten.index_put.default, lambda: (R(5, 4), [None, B(4)], torch.tensor([2.0]), True))
 case(aten._unsafe_index_put.default, lambda: (R(5, 4), [I(5, 3)], R(3, 4), True), 1e-5, 1e-5)
 case(aten.index_add.default, lambda: (R(5, 4), 0, I(5, 7), R(7, 4)), 1e-5, 1e-5, lambda: {"alpha": 2})
+for _alpha in (False, True):  # bools: an or of the source, which alpha=False empties
+    case(aten.index_add.default, lambda: (B(5, 5), -1, torch.tensor([2, 0, 1, 3, 4]), B(5, 5)),
+         kwargs=lambda a=_alpha: {"alpha": a})  # fmt: skip
 case(aten.index_copy.default, lambda: (R(5, 4), 1, torch.randperm(4)[:2], R(5, 2)))
 case(aten.index_fill.int_Scalar, lambda: (R(5, 4), 1, I(4, 2), -1.5))
 case(aten.masked_scatter.default, lambda: (R(5, 4), B(4), R(30)))

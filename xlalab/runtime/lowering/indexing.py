@@ -116,8 +116,10 @@ def _put(x: Array, index: Array, source: Array, accumulate: bool = False) -> Arr
 
 @lowering(aten.gather.default)
 def _gather(x: Array, dim: int, index: Array, sparse_grad: bool = False) -> Array:
-    if x.ndim == 0:
-        return x
+    if index.size == 0:  # an empty index reads nothing, whatever its rank (eager allows any)
+        return jnp.zeros(index.shape, x.dtype)
+    if x.ndim == 0 or index.ndim == 0:  # torch takes a 0-d tensor (or index) as one of size 1
+        return jnp.broadcast_to(x.reshape(-1)[index.reshape(-1)].reshape(index.shape), index.shape)
     dim = _dim(dim, x.ndim)
     # torch lets the index be smaller than the input in the other dims and then reads
     # the leading block; take_along_axis wants equal (or broadcastable) sizes.
@@ -235,8 +237,9 @@ def _index_add(x: Array, dim: int, index: Array, source: Array, alpha: Scalar = 
         source = jnp.expand_dims(source, _dim(dim, x.ndim)) if source.ndim == x.ndim - 1 else source
     where = _dim_index(dim, x.ndim, index)
     if x.dtype == jnp.bool_:
-        # bool "addition" is a logical or.
-        return x.astype(jnp.int32).at[where].add(source.astype(jnp.int32)) != 0
+        # bool "addition" is a logical or, of source scaled by alpha (False adds nothing).
+        added = scaled(source.astype(jnp.int32), jnp.asarray(alpha).astype(jnp.int32))
+        return x.astype(jnp.int32).at[where].add(added) != 0
     return x.at[where].add(scaled(source, alpha).astype(x.dtype))
 
 

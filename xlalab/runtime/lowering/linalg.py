@@ -329,7 +329,8 @@ def _matrix_exp(a: Array) -> Array:
     # Scaling and squaring with a Pade approximant (JAX's); torch's CPU kernel uses Taylor
     # polynomials. Both land within float32's rounding of the exact value (checked against
     # float64 on norms up to 50: eager 1e-6, this 6e-6 relative at the largest). Its backward
-    # is autograd's: matrix_exp of a block matrix, which comes back here.
+    # is autograd's: matrix_exp of a block matrix, which comes back here. (Half types run on
+    # the CPU fallback: tensor.FALLBACK_IF.)
     if a.shape[-1] == 0:
         return a
     wide = jnp.complex128 if jnp.iscomplexobj(a) else jnp.float64
