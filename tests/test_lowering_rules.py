@@ -513,6 +513,8 @@ case(aten.norm.Scalar, lambda: (R(5, 6),))
 case(aten.norm.ScalarOpt_dim, lambda: (R(5, 6), 1.0, [0]))
 case(aten.norm.ScalarOpt_dim, lambda: (R(5, 6), None, [1], True))
 case(aten.cumsum.default, lambda: (R(5, 6), 1))
+case(aten.logcumsumexp.default, lambda: (R(4, 300) * 100, 1), 1e-6, 1e-5)  # long rows, wide range
+case(aten.logcumsumexp.default, lambda: (torch.tensor([[-math.inf, 0.0, math.inf, 1.0]]), -1))
 case(aten.cumsum.default, lambda: (I(9, 5, 6).int(), 0))
 case(aten.cumprod.default, lambda: (U(5, 6), -1))
 

@@ -1537,6 +1537,7 @@ FALLBACK_IF: dict[OpOverload, Callable[[tuple[Any, ...]], bool]] = {
     # Eager's half-type kernel computes in the half type and overflows (NaN) where the exact
     # exponential, which the lowering computes in float64, fits: the CPU gives eager's answer.
     aten.linalg_matrix_exp.default: lambda args: args[0].dtype in (torch.float16, torch.bfloat16),
+    aten.logcumsumexp.default: lambda args: args[0].dtype.is_complex,
 }
 
 

@@ -280,6 +280,16 @@ def _cumsum(x: Array, dim: int, dtype: torch.dtype | None = None) -> Array:
     return x if x.ndim == 0 else jnp.cumsum(x, axis=dim)
 
 
+@lowering(aten.logcumsumexp.default)
+def _logcumsumexp(x: Array, dim: int) -> Array:
+    # In float64, rounded once, as accurate as eager's (torch's backward formula reads this
+    # result). Complex inputs run on the CPU fallback (tensor.FALLBACK_IF): eager's running sum
+    # lets the imaginary part leave (-pi, pi], where a scan of log-add-exps would wrap it.
+    if x.ndim == 0:
+        return x
+    return lax.cumlogsumexp(x.astype(jnp.float64), axis=dim % x.ndim).astype(x.dtype)
+
+
 @lowering(aten.cumprod.default)
 def _cumprod(x: Array, dim: int, dtype: torch.dtype | None = None) -> Array:
     x = _accumulate_as(x, dtype)
