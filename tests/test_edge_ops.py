@@ -659,3 +659,26 @@ def test_embedding_max_norm_renormalizes_the_rows_it_reads(dev: torch.device, fr
         torch.testing.assert_close(got.cpu(), want)
         torch.testing.assert_close(lazy_weight.cpu(), eager_weight)  # rows renormalized in place
     assert met.executed_fallback_ops() == []
+
+
+def test_fake_quantize_module_runs_on_the_device_as_eager(dev: torch.device) -> None:
+    # Quantization-aware training's FakeQuantize: a moving-average observer, then the per-tensor
+    # fake quantization with tensor qparams (half steps round to even; the range clamps).
+    import torch.ao.quantization as tq
+
+    outs = []
+    for device in ("cpu", dev):
+        torch.manual_seed(0)
+        fake_quant = tq.default_fake_quant().to(device)
+        met.clear_all()
+        got = []
+        for step in range(3):
+            x = torch.randn(16, 8, generator=torch.Generator().manual_seed(step)) * (step + 1)
+            got.append(fake_quant(x.to(device)).cpu())
+            xlalab.mark_step()
+        outs.append((got, fake_quant.scale.cpu(), fake_quant.zero_point.cpu()))
+    for want, have in zip(outs[0][0], outs[1][0], strict=True):
+        assert torch.equal(have, want)
+    assert torch.equal(outs[1][1], outs[0][1]) and torch.equal(outs[1][2], outs[0][2])
+    # The observer's own check (min <= max) reads a bool; the quantization stays on the device.
+    assert met.executed_fallback_ops() == ["aten::_local_scalar_dense"]

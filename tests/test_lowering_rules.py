@@ -44,6 +44,7 @@ from xlalab.runtime.lowering import (  # noqa: E402
     indexing,
     linalg,
     nn,
+    quantize,
     reductions,
     sampling,
     upsample,
@@ -54,7 +55,8 @@ aten = torch.ops.aten
 
 # Only the rules of these modules are under test here; views, factories and random ops
 # belong to the runtime and have their own tests.
-MODULES = {m.__name__ for m in (elementwise, reductions, nn, linalg, indexing, upsample, sampling, distance)}
+OURS = (elementwise, reductions, nn, linalg, indexing, upsample, sampling, distance, quantize)
+MODULES = {m.__name__ for m in OURS}
 
 
 def _ours(op: Any) -> bool:
@@ -796,6 +798,26 @@ for _mode, _pad, _corners in itertools.product((0, 1, 2), (0, 1, 2), (False, Tru
             1e-4,
             1e-5,
         )
+# Fake quantization: values at half steps (round half to even), past both ends of the range.
+def _quantizable() -> torch.Tensor:
+    return torch.cat([R(3, 40) * 3, torch.tensor([0.05, 0.15, 0.25, -0.05, 100.0, -100.0]).expand(3, 6)], 1)
+
+
+case(aten.fake_quantize_per_tensor_affine_cachemask.default, lambda: (_quantizable(), 0.1, 3, 0, 255))
+for _on in (0, 1):
+    case(
+        aten._fake_quantize_per_tensor_affine_cachemask_tensor_qparams.default,
+        lambda o=_on: (_quantizable(), torch.tensor([0.1]), torch.tensor([-2], dtype=torch.int32),
+                       torch.tensor([o], dtype=torch.long), -128, 127),
+    )  # fmt: skip
+case(
+    aten.fake_quantize_per_channel_affine_cachemask.default,
+    lambda: (_quantizable(), torch.tensor([0.1, 0.05, 0.3]), torch.tensor([0, 2, -1]).int(), 0, -128, 127),
+)
+case(
+    aten.fake_quantize_per_channel_affine_cachemask.default,
+    lambda: (_quantizable(), torch.tensor([0.1, 0.05, 0.3]), torch.tensor([0.0, 2.5, -1.0]), 0, 0, 255),
+)
 # cdist's batch dims broadcast; rows 0 of x1 repeat a row of x2, so a distance is zero.
 for _p in (0.0, 1.0, 2.0, 3.0, 0.5, 1.5, math.inf):
     case(aten._cdist_forward.default, lambda p=_p: (R(2, 4, 3), R(1, 5, 3), p, None))

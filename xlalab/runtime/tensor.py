@@ -511,10 +511,20 @@ def _grouped_mm_meta(
     return torch.empty(shape, dtype=out_dtype or a.dtype, device="meta")
 
 
+def _values_and_mask_meta(x: Any, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """A result like ``x`` and a bool mask of its shape (fake quantization's outputs)."""
+    return torch.empty_like(x, device="meta"), torch.empty(x.shape, dtype=torch.bool, device="meta")
+
+
 # Output metadata for ops whose meta kernel holds CUDA's rules (``_grouped_mm``: bfloat16 only,
-# 16-byte aligned strides) where the CPU kernel takes float32 too; eager's CPU kernel still
-# decides what it accepts (``_eager_accepts``).
-META_RULES: dict[Any, Callable[..., torch.Tensor]] = {aten._grouped_mm.default: _grouped_mm_meta}
+# 16-byte aligned strides) where the CPU kernel takes float32 too, or that have no meta kernel
+# (fake quantization); eager's CPU kernel still decides what it accepts (``_eager_accepts``).
+META_RULES: dict[Any, Callable[..., Any]] = {
+    aten._grouped_mm.default: _grouped_mm_meta,
+    aten.fake_quantize_per_tensor_affine_cachemask.default: _values_and_mask_meta,
+    aten._fake_quantize_per_tensor_affine_cachemask_tensor_qparams.default: _values_and_mask_meta,
+    aten.fake_quantize_per_channel_affine_cachemask.default: _values_and_mask_meta,
+}
 
 
 def _meta_by_rule(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

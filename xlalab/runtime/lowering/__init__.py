@@ -9,7 +9,7 @@ from .registry import LOWERINGS, lowering
 # Each module registers its ops on import.
 _MODULES = (
     "views", "random", "factories", "elementwise", "reductions", "nn", "linalg", "indexing", "rnn", "prims",
-    "upsample", "sampling", "distance", "embedding_bag", "padding", "pooling", "fft", "optim",
+    "upsample", "sampling", "distance", "embedding_bag", "quantize", "padding", "pooling", "fft", "optim",
     "special",  # last: it reads the finished table
 )  # fmt: skip
 for _name in _MODULES:
