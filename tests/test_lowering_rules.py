@@ -798,6 +798,26 @@ for _mode, _pad, _corners in itertools.product((0, 1, 2), (0, 1, 2), (False, Tru
             1e-4,
             1e-5,
         )
+# Margin losses' backward ops, every reduction; the rows of exact values put some margin terms
+# at exactly zero, which (strictly) take no gradient.
+_MARGINS = torch.tensor([[0.0, 1.0, 0.5, 2.0]] * 3)
+for _red in (0, 1, 2):
+    for _p in (1, 2):
+        case(
+            aten.multi_margin_loss_backward.default,
+            lambda r=_red, p=_p: (R(6) if r == 0 else R(()), torch.cat([_MARGINS, R(3, 4)]),
+                                  torch.tensor([1, 3, 0, 2, 1, 3]), p, 1.0, P(4) if p == 2 else None, r),
+            1e-5,
+            1e-6,
+        )  # fmt: skip
+    case(
+        aten.multilabel_margin_loss_backward.default,
+        lambda r=_red: (R(5) if r == 0 else R(()), R(5, 4), torch.tensor([[3, 0, -1, 1]] * 5),
+                        r, torch.tensor([[1.0, 0.0, 0.0, 1.0]] * 5)),
+        1e-5,
+        1e-6,
+    )  # fmt: skip
+case(aten.multi_margin_loss_backward.default, lambda: (R(()), R(5), torch.tensor(2), 1, 0.5, None, 1))
 # Fake quantization: values at half steps (round half to even), past both ends of the range.
 def _quantizable() -> torch.Tensor:
     return torch.cat([R(3, 40) * 3, torch.tensor([0.05, 0.15, 0.25, -0.05, 100.0, -100.0]).expand(3, 6)], 1)

@@ -511,6 +511,11 @@ def _grouped_mm_meta(
     return torch.empty(shape, dtype=out_dtype or a.dtype, device="meta")
 
 
+def _like_input_meta(grad_output: Any, x: Any, *args: Any) -> torch.Tensor:
+    """A gradient shaped like the input (the margin losses' backward ops)."""
+    return torch.empty_like(x, device="meta")
+
+
 def _values_and_mask_meta(x: Any, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """A result like ``x`` and a bool mask of its shape (fake quantization's outputs)."""
     return torch.empty_like(x, device="meta"), torch.empty(x.shape, dtype=torch.bool, device="meta")
@@ -524,6 +529,8 @@ META_RULES: dict[Any, Callable[..., Any]] = {
     aten.fake_quantize_per_tensor_affine_cachemask.default: _values_and_mask_meta,
     aten._fake_quantize_per_tensor_affine_cachemask_tensor_qparams.default: _values_and_mask_meta,
     aten.fake_quantize_per_channel_affine_cachemask.default: _values_and_mask_meta,
+    aten.multi_margin_loss_backward.default: _like_input_meta,
+    aten.multilabel_margin_loss_backward.default: _like_input_meta,
 }
 
 

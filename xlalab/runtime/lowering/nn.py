@@ -480,6 +480,61 @@ def _log_softmax_backward_data(
 # --- losses -------------------------------------------------------------------------
 
 
+def _margin_scale(grad_output: Array, grad: Array, reduction: int) -> Array:
+    """A margin loss's per-element gradient times the incoming one: one number, or one per
+    sample (``reduction='none'``)."""
+    if reduction == 0 and grad_output.ndim:
+        return grad * grad_output.reshape(-1, 1).astype(grad.dtype)
+    return grad * grad_output.astype(grad.dtype)
+
+
+@lowering(aten.multi_margin_loss_backward.default)
+def _multi_margin_loss_backward(
+    grad_output: Array,
+    x: Array,
+    target: Array,
+    p: Scalar,
+    margin: Scalar,
+    weight: Array | None = None,
+    reduction: int = 1,
+) -> Array:
+    # torch's kernel: each class whose margin term is positive (strictly) gets g (p = 1) or
+    # 2 g z (p = 2), scaled by the target's weight, and the target class minus their sum.
+    rows = x.reshape(-1, x.shape[-1] if x.ndim else 1)  # a 0-d input is one class
+    n, c = rows.shape
+    t = target.reshape(n)
+    g = jnp.asarray(1.0 / (n * c) if reduction == 1 else 1.0 / c, rows.dtype)
+    z = margin - jnp.take_along_axis(rows, t[:, None], axis=1) + rows
+    is_target = jnp.arange(c)[None, :] == t[:, None]
+    h = g if p == 1 else 2 * g * z
+    h = jnp.where((z > 0) & ~is_target, h, jnp.zeros((), rows.dtype))
+    if weight is not None:
+        h = h * weight[t][:, None]
+    grad = jnp.where(is_target, -jnp.sum(h, axis=1, keepdims=True), h)
+    return _margin_scale(grad_output, grad, reduction).reshape(x.shape)
+
+
+@lowering(aten.multilabel_margin_loss_backward.default)
+def _multilabel_margin_loss_backward(
+    grad_output: Array, x: Array, target: Array, reduction: int, is_target: Array
+) -> Array:
+    # Each target class (the row's indices up to its first -1) against each class that is not
+    # a target: where 1 - x[target] + x[class] > 0, the class gains g and the target loses it.
+    rows = x.reshape(-1, x.shape[-1] if x.ndim else 1)  # a 0-d input is one class
+    n, c = rows.shape
+    targets = target.reshape(n, c)
+    listed = jnp.cumprod(targets >= 0, axis=1).astype(bool)  # up to the first -1
+    safe = jnp.where(listed, targets, 0)
+    g = jnp.asarray(1.0 / (n * c) if reduction == 1 else 1.0 / c, rows.dtype)
+    z = 1 - jnp.take_along_axis(rows, safe, axis=1)[:, :, None] + rows[:, None, :]  # (N, J, C)
+    others = ~(is_target.reshape(n, c) != 0)
+    active = listed[:, :, None] & others[:, None, :] & (z > 0)
+    gains = jnp.sum(active, axis=1).astype(rows.dtype) * g  # per class
+    losses = jnp.sum(active, axis=2).astype(rows.dtype) * g  # per listed target
+    grad = gains - jnp.zeros_like(rows).at[jnp.arange(n)[:, None], safe].add(losses)
+    return _margin_scale(grad_output, grad, reduction).reshape(x.shape)
+
+
 def _nll_weights(
     x: Array, target: Array, weight: Array | None, ignore_index: int
 ) -> tuple[Array, Array, int]:
