@@ -729,9 +729,9 @@ class Watcher:
         inside = getattr(ev, "inside", None)
         if inside is not None:  # the read is a library's: say which line, which the user cannot see
             src = self.cells.source_line(inside)
-            where = f"{library_path(inside.file)}:{inside.line} in {inside.function}"
-            advice.insert(0, f"the read is inside {where}" + (f": {src}" if src else ""))
             path = library_path(inside.file)
+            where = f"{path}:{inside.line} in {inside.function}"
+            advice.insert(0, f"the read is inside {where}" + (f": {src}" if src else ""))
             advice[1:1] = [text for prefix, text in LIBRARY_READ_ADVICE.items() if path.startswith(prefix)]
         line = self.cells.source_line(site) if site is not None else ""
         if ev.reason == "item" and site is not None and ".item(" not in line:

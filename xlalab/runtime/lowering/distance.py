@@ -87,19 +87,14 @@ def _cdist_backward(grad: Array, x1: Array, x2: Array, p: float, cdist: Array) -
     return jnp.sum(_pair_gradients(_differences(b1, b2), grad, cdist, p), axis=-2)
 
 
-def _upper_pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The (i, j), i < j, of ``pdist``'s output in its order (row by row)."""
-    return np.triu_indices(n, 1)
-
-
 @lowering(aten._pdist_forward.default)
 def _pdist_forward(x: Array, p: float = 2) -> Array:
-    i, j = _upper_pairs(x.shape[0])
+    i, j = np.triu_indices(x.shape[0], 1)  # pdist's pairs i < j, row by row
     return _reduce(x[i] - x[j], p)
 
 
 @lowering(aten._pdist_backward.default)
 def _pdist_backward(grad: Array, x: Array, p: float, pdist: Array) -> Array:
-    i, j = _upper_pairs(x.shape[0])
+    i, j = np.triu_indices(x.shape[0], 1)
     per_pair = _pair_gradients(x[i] - x[j], grad, pdist, p)  # (pairs, M), towards row i
     return jnp.zeros_like(x).at[i].add(per_pair).at[j].add(-per_pair)

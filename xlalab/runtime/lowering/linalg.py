@@ -274,12 +274,23 @@ def _slogdet(a: Array) -> tuple[Array, Array, Array, Array]:
     return sign, jnp.sum(jnp.log(jnp.abs(diagonal)), axis=-1), lu, pivots
 
 
+def _triangle_solve(
+    a: Array, b: Array, upper: bool, left: bool = True, unit: bool = False, transpose: bool = False
+) -> tuple[Array, Array]:
+    """``op(A) X = B`` (``X op(A) = B`` if not ``left``) with batch dims broadcast; also gives
+    A broadcast."""
+    a, b = _batch_broadcast(a, b)
+    x = lax.linalg.triangular_solve(
+        a, b, left_side=left, lower=not upper, transpose_a=transpose, unit_diagonal=unit
+    )
+    return x, a
+
+
 @lowering(aten.linalg_solve_triangular.default)
 def _solve_triangular(
     a: Array, b: Array, upper: bool, left: bool = True, unitriangular: bool = False
 ) -> Array:
-    a, b = _batch_broadcast(a, b)
-    return lax.linalg.triangular_solve(a, b, left_side=left, lower=not upper, unit_diagonal=unitriangular)
+    return _triangle_solve(a, b, upper, left, unitriangular)[0]
 
 
 def _potf2(a: Array) -> tuple[Array, Array]:
@@ -385,11 +396,8 @@ def _cholesky_inverse(factor: Array, upper: bool = False) -> Array:
 def _triangular_solve(
     b: Array, a: Array, upper: bool = True, transpose: bool = False, unitriangular: bool = False
 ) -> tuple[Array, Array]:
-    a, b = _batch_broadcast(a, b)
-    x = lax.linalg.triangular_solve(
-        a, b, left_side=True, lower=not upper, transpose_a=transpose, unit_diagonal=unitriangular
-    )
-    return x, a  # and the coefficient matrix, broadcast, as eager's copy of it
+    # The solution, and the coefficient matrix broadcast, as eager's copy of it.
+    return _triangle_solve(a, b, upper, True, unitriangular, transpose)
 
 
 # Householder QR: JAX's LAPACK kernels and the LAPACK torch links choose the same signs, so Q

@@ -59,18 +59,21 @@ def _linear_taps(out: int, size: int, align_corners: bool, scale: float | None) 
     return i0, i1, np.float32(1) - w1, w1
 
 
+def _keys_near(x: Any, a: Any) -> Any:
+    """Keys' cubic convolution kernel for 0 <= x <= 1 (NumPy or JAX values)."""
+    return ((a + 2) * x - (a + 3)) * x * x + 1
+
+
+def _keys_far(x: Any, a: Any) -> Any:
+    """Keys' cubic convolution kernel for 1 < x < 2."""
+    return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+
 def cubic_coefficients(t: Any) -> list[Any]:
     """The four weights of Keys' cubic convolution (A = -0.75, torch's) at fraction ``t``
     (a NumPy or JAX array: the taps at offsets -1, 0, 1, 2)."""
     a = -0.75
-
-    def near(x: Any) -> Any:  # |x| <= 1
-        return ((a + 2) * x - (a + 3)) * x * x + 1
-
-    def far(x: Any) -> Any:  # 1 < |x| < 2
-        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-
-    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+    return [_keys_far(t + 1, a), _keys_near(t, a), _keys_near(1 - t, a), _keys_far(2 - t, a)]
 
 
 def _cubic_taps(out: int, size: int, align_corners: bool, scale: float | None) -> tuple[np.ndarray, ...]:
@@ -109,9 +112,7 @@ def _aa_filter(cubic: bool, dtype: Any) -> Callable[[np.ndarray], np.ndarray]:
 
     def keys(x: np.ndarray) -> np.ndarray:
         x = np.abs(x)
-        near = ((a + 2) * x - (a + 3)) * x * x + 1
-        far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-        return np.where(x < 1, near, np.where(x < 2, far, 0)).astype(dtype)
+        return np.where(x < 1, _keys_near(x, a), np.where(x < 2, _keys_far(x, a), 0)).astype(dtype)
 
     return keys if cubic else triangle
 
