@@ -682,3 +682,45 @@ def test_fake_quantize_module_runs_on_the_device_as_eager(dev: torch.device) -> 
     assert torch.equal(outs[1][1], outs[0][1]) and torch.equal(outs[1][2], outs[0][2])
     # The observer's own check (min <= max) reads a bool; the quantization stays on the device.
     assert met.executed_fallback_ops() == ["aten::_local_scalar_dense"]
+
+
+# (input lengths, target lengths, blank, reduction, zero_infinity): full and shorter inputs,
+# an empty target, an empty input, a target no alignment reaches (an infinite loss, then zeroed
+# by zero_infinity), a blank that is not 0.
+_CTC_CASES = [
+    ([8, 6, 7], [3, 2, 4], 0, "mean", False),
+    ([8, 0, 3], [2, 0, 0], 0, "none", False),
+    ([8, 2, 8], [4, 3, 0], 0, "none", False),
+    ([8, 2, 8], [4, 3, 0], 0, "sum", True),
+    ([8, 7, 6], [3, 3, 1], 2, "sum", False),
+]
+
+
+@pytest.mark.parametrize("case", _CTC_CASES, ids=lambda c: f"{c[0]}-{c[1]}-blank{c[2]}-{c[3]}-{c[4]}")
+@pytest.mark.parametrize("targets_form", ["padded", "concatenated"])
+@pytest.mark.parametrize("lengths_as", ["lists", "tensors"])
+def test_ctc_loss_and_its_gradient(case: Any, targets_form: str, lengths_as: str, dev: torch.device) -> None:
+    input_lengths, target_lengths, blank, reduction, zero_infinity = case
+    gen = torch.Generator().manual_seed(0)
+    log_probs = torch.randn(8, 3, 5, generator=gen).log_softmax(2)
+    # Labels from a small alphabet, so repeats (which need a blank between them) occur.
+    targets = torch.randint(0, 4, (3, 4), generator=gen)
+    targets = targets + (targets >= blank).long()  # never the blank
+    if targets_form == "concatenated":
+        targets = torch.cat([targets[b, :n] for b, n in enumerate(target_lengths)])
+
+    def run(device: Any) -> list[torch.Tensor]:
+        lp = log_probs.to(device).requires_grad_()
+        lengths = [input_lengths, target_lengths]
+        if lengths_as == "tensors":
+            lengths = [torch.tensor(v).to(device) for v in lengths]
+        loss = F.ctc_loss(lp, targets.to(device), *lengths, blank=blank, reduction=reduction,
+                          zero_infinity=zero_infinity)  # fmt: skip
+        grad_out = torch.rand(loss.shape, generator=torch.Generator().manual_seed(1)).to(device)
+        return [loss, *torch.autograd.grad(loss, lp, grad_out)]
+
+    met.clear_all()
+    got, want = run(dev), run("cpu")
+    assert met.executed_fallback_ops() == []
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g.cpu(), w, equal_nan=True)

@@ -8,8 +8,9 @@ that names the setting and what it accepts.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,17 @@ def set(name: str, value: Any) -> None:
     _values[name] = parse(SETTINGS[name], value)
     for fn in _watchers.get(name, ()):
         fn(_values[name])
+
+
+@contextlib.contextmanager
+def overridden(name: str, value: Any) -> Iterator[None]:
+    """``name`` set to ``value`` inside the block, and back to what it was after."""
+    before = get(name)
+    set(name, value)
+    try:
+        yield
+    finally:
+        set(name, before)
 
 
 def watch(name: str, fn: Callable[[Any], None]) -> None:

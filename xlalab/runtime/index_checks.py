@@ -69,7 +69,7 @@ def note(
         lo = -size if negative_ok else 0
         node = ir.Node(CHECK, (src,), (lo, size), (), torch.bool, src.device)
         message = (
-            f"{func._schema.name}: an index is out of range for a dimension of size {size} (made at "
+            f"{func._schema.name}: index out of range in self, a dimension of size {size} (made at "
             f"{where}). Eager PyTorch raises here; XLA would have clamped it (XLALAB_CHECK_INDICES is on)."
         )
         checks.add(checks.Check(node, IndexError, message))

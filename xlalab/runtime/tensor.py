@@ -516,6 +516,15 @@ def _like_input_meta(grad_output: Any, x: Any, *args: Any) -> torch.Tensor:
     return torch.empty_like(x, device="meta")
 
 
+def _ctc_loss_meta(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, *args: Any) -> Any:
+    """``_ctc_loss.Tensor``: the loss per element and ``log_alpha`` (see lowering/ctc.py's width)."""
+    from .lowering import ctc
+
+    n, steps = log_probs.shape[1], log_probs.shape[0]
+    room = 2 * ctc.width(targets, target_lengths) + 1
+    return log_probs.new_empty((n,)), log_probs.new_empty((n, steps, room))
+
+
 def _values_and_mask_meta(x: Any, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """A result like ``x`` and a bool mask of its shape (fake quantization's outputs)."""
     return torch.empty_like(x, device="meta"), torch.empty(x.shape, dtype=torch.bool, device="meta")
@@ -531,6 +540,9 @@ META_RULES: dict[Any, Callable[..., Any]] = {
     aten.fake_quantize_per_channel_affine_cachemask.default: _values_and_mask_meta,
     aten.multi_margin_loss_backward.default: _like_input_meta,
     aten.multilabel_margin_loss_backward.default: _like_input_meta,
+    aten._ctc_loss.Tensor: _ctc_loss_meta,
+    aten._ctc_loss_backward.default: _like_input_meta,
+    aten._ctc_loss_backward.Tensor: _like_input_meta,
 }
 
 
@@ -547,6 +559,11 @@ def _meta_by_rule(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
 # Ops whose eager errors depend on the values (a singular matrix): zeros would say nothing.
 _VALUE_CHECKED = ("linalg_", "cholesky", "inverse", "lu_", "_lu", "solve", "svd", "eig", "qr", "det",
                   "lstsq", "pinv", "triangular", "geqrf", "ormqr", "orgqr", "matrix_exp", "potr")  # fmt: skip
+# ...and by exact name: CTC's lengths are values (zero lengths refuse concatenated targets).
+_VALUE_CHECKED_OPS = frozenset({"aten::_ctc_loss"})
+# Kernels that check nothing and trust their operands (a backward given what its forward
+# checked): zeros or shrunk operands could make them read out of bounds, so they are not asked.
+_UNCHECKED_KERNELS = frozenset({"aten::_ctc_loss_backward"})
 _SMALL = 4096  # elements: operands up to this size are checked at their real shapes
 
 
@@ -560,8 +577,10 @@ def _eager_accepts(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, An
     real values would not trigger costs a CPU fallback, never a wrong value. Also returns what the
     kernel gave (None when it raised)."""
     name = func._schema.name
+    if name in _UNCHECKED_KERNELS:
+        return True, None
     small = _max_numel(args) <= _SMALL and _max_numel(kwargs.values()) <= _SMALL
-    exact = small and not any(word in name for word in _VALUE_CHECKED)
+    exact = small and not any(word in name for word in _VALUE_CHECKED) and name not in _VALUE_CHECKED_OPS
     shrink = not exact
     # CUDA's dtype rules: its other checks are the CPU kernel's, asked on float operands.
     floats = func in ACCELERATOR_DTYPES

@@ -81,7 +81,6 @@ SKIP = {
     "to_sparse": "sparse layouts are not supported on xla",
     "sparse.sampled_addmm": "sparse layouts are not supported on xla",
     "sparse.mm": "sparse layouts are not supported on xla",
-    "nn.functional.ctc_loss": "eager CPU kernel is nondeterministic in its sample generation",
     "item": "returns a Python number through .item(): covered by the runtime's own tests",
     "allclose": "returns a Python bool",
     "equal": "returns a Python bool",

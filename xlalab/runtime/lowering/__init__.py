@@ -9,8 +9,8 @@ from .registry import LOWERINGS, lowering
 # Each module registers its ops on import.
 _MODULES = (
     "views", "random", "factories", "elementwise", "reductions", "nn", "linalg", "indexing", "rnn", "prims",
-    "upsample", "sampling", "distance", "embedding_bag", "quantize", "padding", "pooling", "fft", "optim",
-    "special",  # last: it reads the finished table
+    "upsample", "sampling", "distance", "embedding_bag", "quantize", "ctc", "padding", "pooling", "fft",
+    "optim", "special",  # last: it reads the finished table
 )  # fmt: skip
 for _name in _MODULES:
     importlib.import_module(f"{__name__}.{_name}")
