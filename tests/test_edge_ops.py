@@ -724,3 +724,27 @@ def test_ctc_loss_and_its_gradient(case: Any, targets_form: str, lengths_as: str
     assert met.executed_fallback_ops() == []
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g.cpu(), w, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    ("input_lengths", "target_lengths", "targets_form", "message"),
+    [
+        ([8, 9], [2, 2], "padded", "input_lengths to have values from 0 to 8"),
+        ([8, -1], [2, 2], "padded", "input_lengths to have values from 0 to 8"),
+        ([8, 8], [2, 5], "padded", "target_lengths to have values at most 4"),
+        ([8, 8], [2, 3], "concatenated", "target_lengths to sum to 4"),
+    ],
+)
+def test_ctc_lengths_that_do_not_fit_raise_at_the_sync(
+    input_lengths: list[int], target_lengths: list[int], targets_form: str, message: str, dev: torch.device
+) -> None:
+    # Tensor lengths stay on the device, so eager's host checks of them become device checks.
+    log_probs = torch.randn(8, 2, 5).log_softmax(2).to(dev)
+    padded = targets_form == "padded"
+    targets = torch.tensor([[1, 2, 3, 4], [2, 2, 1, 3]]) if padded else torch.tensor([1, 2, 2, 2])
+    with pytest.raises(RuntimeError, match=message):
+        F.ctc_loss(log_probs, targets.to(dev), torch.tensor(input_lengths).to(dev),
+                   torch.tensor(target_lengths).to(dev)).cpu()  # fmt: skip
+    # Nothing is left to raise later: the next good loss computes.
+    good = F.ctc_loss(log_probs, targets.to(dev), torch.tensor([8, 8]).to(dev), torch.tensor([2, 2]).to(dev))
+    assert torch.isfinite(good.cpu())

@@ -222,6 +222,36 @@ def legacy_cholesky(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     return factor
 
 
+def ctc_lengths_checked(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``_ctc_loss.Tensor``: the lowered loss, and deferred checks of the lengths eager reads and
+    checks on the host (lengths that do not fit the inputs or targets raise eager's error at the
+    next sync instead of giving a loss of whatever the masks make of them)."""
+    from . import tensor
+
+    out = tensor._lowered(func, args, kwargs)
+    log_probs, targets, input_lengths, target_lengths = args[:4]
+    steps = log_probs.shape[0]
+    conditions = [
+        (input_lengths, (input_lengths >= 0) & (input_lengths <= steps),
+         f"Expected input_lengths to have values from 0 to {steps}, the length of log_probs"),
+        (target_lengths, target_lengths >= 0, "Expected target_lengths to have values at least 0"),
+    ]  # fmt: skip
+    if targets.dim() == 1:
+        total = targets.shape[0]
+        conditions.append((target_lengths, target_lengths.sum() == total,
+                           f"Expected target_lengths to sum to {total}, the length of targets"))  # fmt: skip
+    else:
+        conditions.append((target_lengths, target_lengths <= targets.shape[1],
+                           f"Expected target_lengths to have values at most {targets.shape[1]}, the "
+                           "targets' size at dimension 1"))  # fmt: skip
+    for lengths, ok, text in conditions:
+        if type(lengths) is tensor.XlaTensor:
+            message = f"{text} (while checking arguments for ctc_loss)"
+            every: Any = torch.all(ok)  # an xla tensor: recorded, not read
+            defer(tensor.value(every), RuntimeError, message, "ctc_loss")
+    return out
+
+
 _EX_API_NAMES = {
     "aten::linalg_inv_ex": "linalg.inv_ex",
     "aten::linalg_cholesky_ex": "linalg.cholesky_ex",

@@ -1530,6 +1530,7 @@ _SPECIAL: dict[OpOverload, Handler] = {
     aten.cholesky.default: checks.legacy_cholesky,
     aten._linalg_solve_ex.default: checks.linalg_ex_checked,
     aten.linalg_lu_factor_ex.default: checks.linalg_ex_checked,
+    aten._ctc_loss.Tensor: checks.ctc_lengths_checked,
     aten.randperm.out: _randperm_out,
     aten.randperm.generator_out: _randperm_out,
     aten.rand_like.default: _random_like(lambda t, a: t.uniform_()),
