@@ -748,3 +748,104 @@ def test_ctc_lengths_that_do_not_fit_raise_at_the_sync(
     # Nothing is left to raise later: the next good loss computes.
     good = F.ctc_loss(log_probs, targets.to(dev), torch.tensor([8, 8]).to(dev), torch.tensor([2, 2]).to(dev))
     assert torch.isfinite(good.cpu())
+
+
+def _fused_fake_quant(kind: str) -> Any:
+    import torch.ao.quantization as tq
+
+    if kind == "affine":  # the default QAT activation observer (x86, fbgemm)
+        return tq.FusedMovingAvgObsFakeQuantize(
+            observer=tq.MovingAverageMinMaxObserver, quant_min=0, quant_max=255, reduce_range=True
+        )
+    if kind == "symmetric":
+        return tq.FusedMovingAvgObsFakeQuantize(
+            observer=tq.MovingAverageMinMaxObserver, quant_min=-128, quant_max=127, dtype=torch.qint8,
+            qscheme=torch.per_tensor_symmetric,
+        )  # fmt: skip
+    return tq.FusedMovingAvgObsFakeQuantize(  # the default QAT weight observer, one range per row
+        observer=tq.MovingAveragePerChannelMinMaxObserver, quant_min=-128, quant_max=127, dtype=torch.qint8,
+        qscheme=torch.per_channel_symmetric,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kind", "shape"),
+    [("affine", (16, 8)), ("symmetric", (16, 8)), ("per_row", (6, 4)), ("per_row", (6, 3, 2, 2))],
+)
+def test_fused_observer_fake_quantize_steps_exactly_as_eager(
+    kind: str, shape: tuple[int, ...], dev: torch.device
+) -> None:
+    # QAT's fused observer: the running range, the scale and zero point it chooses, the quantized
+    # values and their gradient must be eager's exactly (a one-ulp range moves a zero point), step
+    # after step, with the observer and the fake quantization switched off and on again.
+    import copy
+
+    eager_fq = _fused_fake_quant(kind)
+    lazy_fq = copy.deepcopy(eager_fq).to(dev)
+    for step in range(6):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(step)) * (step + 1) + 0.5 - step % 2
+        if step == 2:
+            x = x.abs()  # a range that does not reach below zero
+        for fq in (eager_fq, lazy_fq):
+            {3: fq.disable_observer, 4: fq.disable_fake_quant}.get(step, lambda: None)()
+            if step == 4:
+                fq.enable_observer()
+            if step == 5:
+                fq.enable_fake_quant()
+        want_x, got_x = x.clone().requires_grad_(), x.to(dev).requires_grad_()
+        want, got = eager_fq(want_x), lazy_fq(got_x)
+        want.sum().backward()
+        got.sum().backward()
+        xlalab.mark_step()
+        if step == 0:
+            met.clear_all()  # a per-row observer's first call, which sizes its empty range, runs eagerly
+        observers = (eager_fq.activation_post_process, lazy_fq.activation_post_process)
+        pairs = [(want, got), (want_x.grad, got_x.grad), (eager_fq.scale, lazy_fq.scale),
+                 (eager_fq.zero_point, lazy_fq.zero_point), (observers[0].min_val, observers[1].min_val),
+                 (observers[0].max_val, observers[1].max_val)]  # fmt: skip
+        for w, g in pairs:
+            assert torch.equal(g.detach().cpu(), w.detach()), (step, w, g)
+    assert met.executed_fallback_ops() == []
+
+
+def test_fused_fake_quantize_of_an_empty_range_raises_eagers_error(dev: torch.device) -> None:
+    fq = _fused_fake_quant("affine").to(dev)
+    fq.disable_observer()  # never observed: the range is still (inf, -inf)
+    with pytest.raises(RuntimeError, match="min should be less than or equal to max"):
+        fq(torch.randn(4, 4).to(dev)).cpu()
+
+
+def test_quantization_aware_training_runs_on_the_device_as_eager(dev: torch.device) -> None:
+    # torch.ao's eager-mode QAT with the default x86 config: fused observers on the activations
+    # and per-row ones on the weights. After the first step (which sizes the weights' ranges)
+    # nothing runs on the CPU and nothing is read back.
+    import copy
+
+    import torch.ao.quantization as tq
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        tq.QuantStub(), nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(288, 10), tq.DeQuantStub()
+    )
+    model.qconfig = tq.get_default_qat_qconfig("x86")
+    tq.prepare_qat(model.train(), inplace=True)
+    lazy = copy.deepcopy(model).to(dev)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, lazy)]
+    for step in range(4):
+        gen = torch.Generator().manual_seed(step)
+        x, y = torch.randn(4, 3, 8, 8, generator=gen), torch.randint(0, 10, (4,), generator=gen)
+        losses = []
+        for m, opt, device in ((model, opts[0], "cpu"), (lazy, opts[1], dev)):
+            loss = F.cross_entropy(m(x.to(device)), y.to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss)
+        xlalab.mark_step()
+        if step == 0:
+            met.clear_all()
+        torch.testing.assert_close(losses[1].detach().cpu(), losses[0].detach())
+    assert met.executed_fallback_ops() == []
+    for (name, want), got in zip(model.state_dict().items(), lazy.state_dict().values(), strict=True):
+        torch.testing.assert_close(got.cpu(), want, msg=name)

@@ -1162,6 +1162,28 @@ def _functionalized(functional: OpOverload, writes: dict[int, int], n_out: int) 
     return handler
 
 
+_OBSERVED = _functionalized(
+    aten._fused_moving_avg_obs_fq_helper_functional.default, {2: 3, 3: 4, 4: 5, 5: 6}, 2
+)
+
+
+def _fused_observer(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """QAT's fused observer and fake quantization, updating its running range, scale and zero
+    point in place; eager's check that the range is not empty (an observer that never ran) is
+    a device check. The first per-row call, whose empty statistics eager sizes to the rows,
+    runs eagerly."""
+    running_min, scale = args[3], args[5]
+    per_row = args[11] if len(args) > 11 else kwargs.get("per_row_fake_quant", False)
+    if per_row and (running_min.numel() == 0 or scale.numel() != running_min.numel()):
+        return fallback(func, args, kwargs)
+    out = _OBSERVED(func, args, kwargs)
+    if type(running_min) is XlaTensor and type(args[2]) is XlaTensor:
+        ordered: Any = torch.all(running_min <= args[4]) | torch.all(args[2] == 0)
+        message = "In ChooseQuantizationParams, min should be less than or equal to max"
+        checks.defer(value(ordered), RuntimeError, message, "fused_moving_avg_obs_fake_quant")
+    return out
+
+
 def _random(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Random ops draw from the device RNG; seed and offset are graph inputs. An op given a
     (CPU) generator draws from it on the CPU, as eager does, and its result moves over."""
@@ -1531,6 +1553,7 @@ _SPECIAL: dict[OpOverload, Handler] = {
     aten._linalg_solve_ex.default: checks.linalg_ex_checked,
     aten.linalg_lu_factor_ex.default: checks.linalg_ex_checked,
     aten._ctc_loss.Tensor: checks.ctc_lengths_checked,
+    aten._fused_moving_avg_obs_fq_helper.default: _fused_observer,
     aten.randperm.out: _randperm_out,
     aten.randperm.generator_out: _randperm_out,
     aten.rand_like.default: _random_like(lambda t, a: t.uniform_()),
