@@ -849,3 +849,42 @@ def test_quantization_aware_training_runs_on_the_device_as_eager(dev: torch.devi
     assert met.executed_fallback_ops() == []
     for (name, want), got in zip(model.state_dict().items(), lazy.state_dict().values(), strict=True):
         torch.testing.assert_close(got.cpu(), want, msg=name)
+
+
+_FRACTIONAL = [  # (input shape, kernel, output size)
+    ((2, 3, 9, 11), (3, 2), (4, 5)),
+    ((3, 9, 11), (2, 2), (5, 6)),  # no batch dim
+    ((1, 1, 5, 5), (5, 5), (1, 1)),  # one window: the whole plane
+    ((1, 2, 30, 17), (2, 3), (29, 8)),  # windows one apart
+    ((2, 2, 7, 8, 9), (2, 3, 2), (3, 4, 5)),
+    ((2, 6, 7, 8), (2, 2, 2), (4, 4, 4)),
+]
+
+
+@pytest.mark.parametrize(("shape", "kernel", "output_size"), _FRACTIONAL)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+def test_fractional_max_pool_with_given_samples(
+    shape: tuple[int, ...], kernel: tuple[int, ...], output_size: tuple[int, ...], dtype: torch.dtype,
+    dev: torch.device,
+) -> None:  # fmt: skip
+    # Random windows are drawn on the device, so eager and xla are compared on the same samples:
+    # window starts computed in the input's type as eager's (half types round every step), the
+    # first maximum of a window, a NaN over any number, and the gradient at the indices.
+    nd = len(kernel)
+    gen = torch.Generator().manual_seed(len(shape) + sum(shape))
+    x = torch.randn(shape, generator=gen).to(dtype)
+    x[(..., 1, 2) if nd == 2 else (..., 1, 2, 3)] = float("nan")
+    samples = torch.rand(shape[0] if len(shape) == nd + 2 else 1, shape[-nd - 1], nd, generator=gen).to(dtype)
+    grad = torch.randn((*shape[:-nd], *output_size), generator=gen).to(dtype)
+    pool = F.fractional_max_pool2d if nd == 2 else F.fractional_max_pool3d
+
+    def run(device: Any) -> list[torch.Tensor]:
+        inp = x.to(device).requires_grad_()
+        out, idx = pool(inp, kernel, output_size=output_size, return_indices=True,
+                        _random_samples=samples.to(device))  # fmt: skip
+        return [out, idx, *torch.autograd.grad(out, inp, grad.to(device))]
+
+    met.clear_all()
+    for got, want in zip(run(dev), run("cpu"), strict=True):
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)
+    assert met.executed_fallback_ops() == []

@@ -543,6 +543,7 @@ META_RULES: dict[Any, Callable[..., Any]] = {
     aten._ctc_loss.Tensor: _ctc_loss_meta,
     aten._ctc_loss_backward.default: _like_input_meta,
     aten._ctc_loss_backward.Tensor: _like_input_meta,
+    aten.fractional_max_pool3d_backward.default: _like_input_meta,
 }
 
 

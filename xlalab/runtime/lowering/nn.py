@@ -197,6 +197,10 @@ lowering(aten.adaptive_max_pool2d.default)(_spatial(2, pooling.adaptive_max_pool
 lowering(aten.adaptive_max_pool3d.default)(_spatial(3, pooling.adaptive_max_pool))
 lowering(aten.adaptive_max_pool2d_backward.default)(_spatial(2, pooling.scatter_by_index))
 lowering(aten.adaptive_max_pool3d_backward.default)(_spatial(3, pooling.scatter_by_index))
+lowering(aten.fractional_max_pool2d.default)(_spatial(2, pooling.fractional_max_pool))
+lowering(aten.fractional_max_pool3d.default)(_spatial(3, pooling.fractional_max_pool))
+lowering(aten.fractional_max_pool2d_backward.default)(_spatial(2, pooling.fractional_max_pool_backward))
+lowering(aten.fractional_max_pool3d_backward.default)(_spatial(3, pooling.fractional_max_pool_backward))
 
 
 # --- batch / layer / group norm -------------------------------------------------------

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from xlalab.runtime.lowering.elementwise import Scalar, compute_float, is_integral
+from xlalab.runtime.lowering.elementwise import Scalar, compute_float, is_integral, rounded_to
 from xlalab.runtime.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -209,6 +209,68 @@ def scatter_by_index(nd: int, grad_output: Array, x: Array, indices: Array) -> A
 def max_pool_backward(nd: int, grad_output: Array, x: Array, *window_then_indices: Any) -> Array:
     # The indices say where each gradient goes; the window that chose them is not needed.
     return scatter_by_index(nd, grad_output, x, window_then_indices[-1])
+
+
+# --- fractional max pooling -----------------------------------------------------------------
+
+
+def _fractional_starts(sample: Array, size: int, out: int, kernel: int) -> Array:
+    """Where each window starts along one dim (eager's ``generate_intervals``): from the
+    plane's sample ``u`` in [0, 1), ``trunc((i + u) * alpha) - trunc(u * alpha)`` with
+    ``alpha = (size - kernel) / (out - 1)`` in the input's dtype; the last window ends the dim."""
+    last = jnp.full((*sample.shape, 1), size - kernel, jnp.int64)
+    if out == 1:
+        return last
+    dtype = np.dtype(sample.dtype)
+    alpha = dtype.type(size - kernel) / dtype.type(out - 1)
+    # Half types round after each operation, as c10's Half and BFloat16 arithmetic does (XLA
+    # would keep a float32 intermediate); float32 and float64 compute in their own type.
+    rounded = rounded_to(dtype)
+    wide = compute_float(sample)
+    i = jnp.arange(out - 1, dtype=wide.dtype)
+    u = wide[..., None]
+    offsets = rounded(rounded(i + u) * wide.dtype.type(alpha))
+    starts = offsets.astype(jnp.int64) - rounded(u * wide.dtype.type(alpha)).astype(jnp.int64)
+    return jnp.concatenate([starts, last], axis=-1)
+
+
+def fractional_max_pool(
+    nd: int, x: Array, kernel_size: Sequence[int], output_size: Sequence[int], samples: Array
+) -> tuple[Array, Array]:
+    """Max over windows placed by each plane's random samples (``samples``: batch, planes, nd;
+    the last spatial dim takes the first sample). As eager's loop: the first maximum of a window
+    in scan order, a NaN over any number, the last NaN where there are several."""
+    spatial = x.shape[-nd:]
+    planes = x.reshape(-1, x.shape[-nd - 1], math.prod(spatial))  # (batch, planes, flat)
+    u = samples.astype(x.dtype).reshape(planes.shape[0], planes.shape[1], nd)
+    coords = []
+    for d in range(nd):
+        which = nd - 1 - d if nd == 2 else d  # eager's 2-d kernel reads (w, h), its 3-d one (t, h, w)
+        starts = _fractional_starts(u[..., which], spatial[d], output_size[d], kernel_size[d])
+        coords.append(starts[..., :, None] + jnp.arange(kernel_size[d]))  # (batch, planes, out, k)
+    # Flat input index of every (output position, kernel offset), both in row-major scan order.
+    flat = jnp.zeros((), jnp.int64)
+    for d in range(nd):
+        shape = [planes.shape[0], planes.shape[1]] + [1] * (2 * nd)
+        shape[2 + d], shape[2 + nd + d] = output_size[d], kernel_size[d]
+        stride = math.prod(spatial[d + 1 :])
+        flat = flat + coords[d].reshape(shape) * stride
+    flat = flat.reshape(planes.shape[0], planes.shape[1], math.prod(output_size), -1)
+    values = jnp.take_along_axis(planes[:, :, :, None], flat.reshape(*flat.shape[:2], -1, 1), axis=2)
+    values = values.reshape(flat.shape)
+    nan = jnp.isnan(values)
+    last_nan = values.shape[-1] - 1 - jnp.argmax(nan[..., ::-1], axis=-1)
+    first_max = jnp.argmax(jnp.where(nan, -jnp.inf, values), axis=-1)
+    pick = jnp.where(jnp.any(nan, axis=-1), last_nan, first_max)[..., None]
+    out_shape = (*x.shape[:-nd], *output_size)
+    best = jnp.take_along_axis(values, pick, axis=-1).reshape(out_shape)
+    return best, jnp.take_along_axis(flat, pick, axis=-1).reshape(out_shape)
+
+
+def fractional_max_pool_backward(
+    nd: int, grad_output: Array, x: Array, kernel_size: Any, output_size: Any, indices: Array
+) -> Array:
+    return scatter_by_index(nd, grad_output, x, indices)
 
 
 # --- adaptive pooling ----------------------------------------------------------------------
