@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 import xlalab
 import xlalab.debug.metrics as met
+from xlalab.runtime import backend
 
 Outcome = Any  # the op's result, or the exception it raised
 
@@ -885,6 +886,11 @@ def test_fractional_max_pool_with_given_samples(
         return [out, idx, *torch.autograd.grad(out, inp, grad.to(device))]
 
     met.clear_all()
-    for got, want in zip(run(dev), run("cpu"), strict=True):
-        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)
+    (out, idx, grad_x), (want_out, want_idx, want_grad) = run(dev), run("cpu")
     assert met.executed_fallback_ops() == []
+    torch.testing.assert_close(out.cpu(), want_out, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(idx.cpu(), want_idx)
+    # Overlapping windows add several gradients into one element: in eager's order on the CPU,
+    # where the sum is exact to the bit; XLA:GPU's scatter adds in its own order (as CUDA's does).
+    exact = backend.platform() == "cpu"
+    torch.testing.assert_close(grad_x.cpu(), want_grad, rtol=0 if exact else None, atol=0 if exact else None)
