@@ -121,3 +121,12 @@ def test_sweep_reports_an_error_xla_does_not_raise() -> None:
         module_sweep.check_error_input(
             info, errors(info, "cpu", torch.float32, False, True)[0], torch.device("xla:0")
         )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_module_compiled_matches_eager(name: str) -> None:
+    # The same samples through torch.compile(backend="xlalab"): dynamo's graph and AOTAutograd's
+    # forward and backward, lowered by the same table.
+    res = module_sweep.sweep_module(_infos()[name], max_samples=1, compiled=True)
+    assert res.cls != "skipped" and res.samples > 0, f"{name}: {res.reason}"
+    assert res.cls == "lowered", f"{name}: {res.cls}: {res.problems or res.fallback_ops}"

@@ -547,6 +547,37 @@ META_RULES: dict[Any, Callable[..., Any]] = {
 }
 
 
+# The rules above that give eager's own output shapes are also torch's Meta kernels where it has
+# none, so that FakeTensor tracing (torch.compile's AOTAutograd) can trace these ops too: a
+# compiled FractionalMaxPool3d's backward, QAT's fake quantization. (_ctc_loss.Tensor's rule
+# is not: its log_alpha may be wider than eager's.)
+_EAGER_SHAPED = (
+    aten.fake_quantize_per_tensor_affine_cachemask.default,
+    aten._fake_quantize_per_tensor_affine_cachemask_tensor_qparams.default,
+    aten.fake_quantize_per_channel_affine_cachemask.default,
+    aten.multi_margin_loss_backward.default,
+    aten.multilabel_margin_loss_backward.default,
+    aten._ctc_loss_backward.default,
+    aten._ctc_loss_backward.Tensor,
+    aten.fractional_max_pool3d_backward.default,
+)
+_META_LIB: list[Any] = []  # the library that holds them, alive as long as the process
+
+
+def _register_meta_kernels() -> None:
+    missing = [op for op in _EAGER_SHAPED if not op.has_kernel_for_dispatch_key(torch._C.DispatchKey.Meta)]
+    if not missing:
+        return
+    lib = torch.library.Library("aten", "IMPL", "Meta")
+    for op in missing:
+        name = op._schema.name.split("::")[1]
+        lib.impl(name if op._overloadname == "default" else f"{name}.{op._overloadname}", META_RULES[op])
+    _META_LIB.append(lib)
+
+
+_register_meta_kernels()
+
+
 def _meta_by_rule(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     rule = META_RULES.get(func)
     if rule is None:

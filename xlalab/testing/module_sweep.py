@@ -22,9 +22,12 @@ xla. That is what a user reads when a shape or dtype is wrong. Index range check
 device, so they are on for these (``XLALAB_CHECK_INDICES``), and the error may come at the
 sync that follows the forward.
 
-Each module lands in one class, as ops do in the OpInfo sweep: ``lowered``, ``fallback``,
-``wrong``, ``error`` or ``skipped``. ``python -m xlalab.testing.module_sweep --out
-docs/module-coverage.md`` writes the report; ``sweep_module`` is the entry the tests use.
+``--compiled`` runs the xla module through ``torch.compile(backend="xlalab")`` instead: dynamo's
+graph, AOTAutograd's forward and backward, lowered by the same table (dynamo runs RNN modules
+eagerly by default, so those stay lazy). Each module lands in one class, as ops do in the
+OpInfo sweep: ``lowered``, ``fallback``, ``wrong``, ``error`` or ``skipped``.
+``python -m xlalab.testing.module_sweep --out docs/module-coverage.md`` writes the report;
+``sweep_module`` is the entry the tests use.
 """
 
 from __future__ import annotations
@@ -143,9 +146,12 @@ def _built(info: Any, sample: Any, training: bool) -> torch.nn.Module:
     return module.train(training)
 
 
-def run_module_sample(info: Any, sample: Any, training: bool, dev: torch.device) -> tuple[set[str], bool]:
-    """Run one sample eagerly and on ``dev`` and compare; return the CPU-fallback counters the
-    xla run hit and whether gradients were compared. Raises ``opinfo_sweep.Mismatch``."""
+def run_module_sample(
+    info: Any, sample: Any, training: bool, dev: torch.device, compiled: bool = False
+) -> tuple[set[str], bool]:
+    """Run one sample eagerly and on ``dev`` (through ``torch.compile(backend="xlalab")`` if
+    ``compiled``) and compare; return the CPU-fallback counters the xla run hit and whether
+    gradients were compared. Raises ``opinfo_sweep.Mismatch``."""
     f = sample.forward_input
     random = info.name in RANDOM
     try:
@@ -157,7 +163,12 @@ def run_module_sample(info: Any, sample: Any, training: bool, dev: torch.device)
         raise _EagerFailed(ops._describe(e)) from e
     ops._clear_counters()
     x_args, x_kwargs = ops._to_device((f.args, f.kwargs), dev)
-    got = _run(on_xla, x_args, x_kwargs, None if random else _grads_out)
+    runner: Any = on_xla
+    if compiled:
+        import xlalab.dynamo
+
+        runner = torch.compile(on_xla, backend=xlalab.dynamo.backend)
+    got = _run(runner, x_args, x_kwargs, None if random else _grads_out)
     used = ops._fallbacks()
     reference: _Run | None = None
 
@@ -251,8 +262,11 @@ def module_samples(info: Any, training: bool) -> list[Any]:
     )
 
 
-def sweep_module(info: Any, dev: torch.device | None = None, max_samples: int = MAX_SAMPLES) -> ModuleResult:
-    """Every mode and the first ``max_samples`` samples of one ModuleInfo, and its error inputs."""
+def sweep_module(
+    info: Any, dev: torch.device | None = None, max_samples: int = MAX_SAMPLES, compiled: bool = False
+) -> ModuleResult:
+    """Every mode and the first ``max_samples`` samples of one ModuleInfo, and its error inputs
+    (those in lazy mode only: they are about eager's checks, which dynamo's tracing wraps)."""
     import xlalab.core.xla_model as xm
 
     dev = dev or xm.xla_device()
@@ -271,7 +285,9 @@ def sweep_module(info: Any, dev: torch.device | None = None, max_samples: int = 
         for k, sample in enumerate(module_samples(info, training)[:max_samples]):
             where = f"{'train' if training else 'eval'} sample {k} ({sample.desc or 'default'})"
             try:
-                used, graded = run_module_sample(info, sample, training, dev)
+                if compiled:
+                    torch._dynamo.reset()  # each sample's module is new: no guard failures, no cache limit
+                used, graded = run_module_sample(info, sample, training, dev, compiled)
                 fallbacks |= used
                 res.samples += 1
                 res.grads += graded
@@ -286,7 +302,7 @@ def sweep_module(info: Any, dev: torch.device | None = None, max_samples: int = 
                 res.problems.append(f"{where}: raised {ops._describe(e)}")
                 res.cls = "error"
             ops.settle()
-    if info.module_error_inputs_func is not None:
+    if info.module_error_inputs_func is not None and not compiled:
         errors = info.module_error_inputs_func(
             info, device="cpu", dtype=DTYPE, requires_grad=False, training=True
         )
@@ -374,12 +390,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="also write the per-module results as JSON here")
     p.add_argument("--modules", nargs="*", help="only these ModuleInfos (nn.LSTM or LSTM)")
     p.add_argument("--max-samples", type=int, default=MAX_SAMPLES)
+    p.add_argument("--compiled", action="store_true", help='through torch.compile(backend="xlalab")')
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     results = []
     infos = _select(load_module_db(), args.modules)
     for n, info in enumerate(infos, 1):
-        r = sweep_module(info, max_samples=args.max_samples)
+        r = sweep_module(info, max_samples=args.max_samples, compiled=args.compiled)
         why = f": {r.problems[0][:300]}" if r.problems else (f": {r.reason}" if r.cls == "skipped" else "")
         print(f"[{n}/{len(infos)}] {r.name}: {r.cls} ({r.seconds}s){why}", file=sys.stderr, flush=True)
         results.append(r)
