@@ -163,6 +163,18 @@ def test_a_cpu_fallback_names_its_line_and_counts(shell: Shell) -> None:
     assert "aten::nonzero ran on the CPU (3 times)" in out
 
 
+def test_a_fallback_a_library_calls_names_the_librarys_line_too(shell: Shell) -> None:
+    # torch.unique is Python in torch/functional.py, which calls aten::_unique2 (no lowering): the
+    # finding stays at the user's call and names the line in the library that made the op.
+    shell.ok("import torch, xlalab.core.xla_model as xm\ndev = xm.xla_device()")
+    out = shell.ok("x = torch.tensor([3, 1, 3, 2], device=dev)\nu = torch.unique(x)\nnz = torch.nonzero(x)")
+    unique, nonzero = out.split("aten::nonzero ran on the CPU", 1)
+    assert "aten::_unique2 ran on the CPU (once)" in unique, out
+    assert "the call is inside torch/functional.py:" in unique and "torch._unique2(" in unique, out
+    assert "line 2 in <module>: u = torch.unique(x)" in unique, out
+    assert "the call is inside" not in nonzero, out  # the user's own line called it
+
+
 POLICY = """\
 import torch, xlalab.core.xla_model as xm
 from torch.distributions import Normal

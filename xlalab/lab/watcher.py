@@ -759,6 +759,11 @@ class Watcher:
         if ev.op in DYNAMIC_SHAPE_OPS and site is not None:
             self._dynamic_ops[site] = ev.op
         details = ["its inputs were copied to the host, the op ran in eager PyTorch, the result came back"]
+        inside = getattr(ev, "inside", None)
+        if inside is not None:  # a library called it: say which line, which the user cannot see
+            src = self.cells.source_line(inside)
+            where = f"{library_path(inside.file)}:{inside.line} in {inside.function}"
+            details.insert(0, f"the call is inside {where}" + (f": {src}" if src else ""))
         if ev.op in DYNAMIC_SHAPE_OPS:
             details.append(
                 "its output shape depends on the data, so graphs that use it recompile as it changes"

@@ -92,6 +92,8 @@ class FallbackEvent(Event):
     kind: str = field(init=False, default="fallback")
     op: str = ""
     seconds: float = 0.0
+    # The library line that called the op, when a library did (as SyncEvent.inside).
+    inside: Frame | None = None
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from . import (
     replica_state,
     rng,
 )
-from .frames import ir_frames, user_frames
+from .frames import ir_frames, library_caller, user_frames
 from .graph import LoweringError, materialize, sync
 from .ir import Node, slot
 from .lowering.registry import LOWERINGS, STATIC_ARGS
@@ -1383,7 +1383,9 @@ CPU_OUTPUTS: dict[OpOverload, tuple[int, ...]] = {
 
 def _publish_fallback(name: str, seconds: float) -> None:
     if events.listening():
-        events.publish(events.FallbackEvent(op=name, seconds=seconds, frames=user_frames()))
+        events.publish(
+            events.FallbackEvent(op=name, seconds=seconds, frames=user_frames(), inside=library_caller())
+        )
 
 
 def _flat(args: Any, kwargs: dict[str, Any]) -> list[Any]:
