@@ -35,3 +35,17 @@ def test_unknown_platform_value() -> None:
     out = _run("QPU")
     assert out.returncode != 0
     assert "is not a platform xlalab knows; use one of CPU, CUDA, TPU" in out.stderr
+
+
+def test_importing_xlalab_starts_no_jax_backend() -> None:
+    # Settings such as XLA_NUM_DEVICES must still take effect after the import (config.set at the
+    # top of a script): a JAX value made at import time (a module constant) would start JAX's
+    # backends with their defaults first.
+    code = (
+        "import xlalab, xlalab.core.xla_model, xlalab.dynamo, xlalab.runtime.lowering\n"
+        "from jax._src import xla_bridge\n"
+        "print(sorted(xla_bridge._backends))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", "importing xlalab started JAX's backends: " + out.stdout

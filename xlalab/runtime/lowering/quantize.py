@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 
 from xlalab.runtime.lowering.elementwise import compute_float
@@ -67,7 +68,9 @@ def _per_channel(
 
 # --------------------------------------------------------------------------- the fused observer
 
-SMALL_SCALE = float(jnp.float32(6.1e-5))  # eager's cutoff (a float constant, compared in double)
+# eager's cutoff, a float constant compared in double (numpy: a JAX value at import would start
+# JAX's backends before XLA_NUM_DEVICES can take effect)
+SMALL_SCALE = float(np.float32(6.1e-5))
 
 
 def choose_qparams(
