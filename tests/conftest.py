@@ -1,15 +1,31 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 
 # An analysis that fails in a debugging layer fails the test that caused it (users get a log line).
 os.environ.setdefault("XLALAB_ANALYSIS_ERRORS", "raise")
 
+import jax
 import pytest
 import torch
 
 import xlalab
 import xlalab.debug.metrics as met
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _forget_compiled_functions() -> Iterator[None]:
+    """After each test file, dynamo forgets its compiled functions and JAX its cached executables
+    (each keeps memory maps of its machine code: one process running the whole suite would reach
+    the kernel's limit of 65530 maps, where XLA's compiler fails and the process dies)."""
+    yield
+    if "torch._dynamo" in sys.modules:
+        import xlalab.dynamo
+
+        xlalab.dynamo.reset()
+    jax.clear_caches()
 
 
 @pytest.fixture(scope="session")

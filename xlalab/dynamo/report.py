@@ -28,6 +28,7 @@ import inspect
 import itertools
 import os
 import re
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,8 +78,21 @@ class GraphReport:
     fx_code: str
     num_ops: int
     aot_code: dict[str, str] = field(default_factory=dict)  # "forward"/"backward" -> aten FX code
-    compiled: list[Any] = field(default_factory=list)  # its CompiledGraphs (hlo(), variants)
-    programs: list[Any] = field(default_factory=list)  # runtime Programs compiled for it
+    # Held weakly: a report must not keep a graph's executables alive after dynamo drops them (a
+    # session that compiles many functions would otherwise hold every program it ever made, and
+    # each holds memory maps of its machine code until the process reaches the kernel's limit).
+    _compiled: list[weakref.ref[Any]] = field(default_factory=list, repr=False)
+    _programs: list[weakref.ref[Any]] = field(default_factory=list, repr=False)
+
+    @property
+    def compiled(self) -> list[Any]:
+        """Its CompiledGraphs that dynamo still holds (``hlo()``, variants)."""
+        return [c for ref in self._compiled if (c := ref()) is not None]
+
+    @property
+    def programs(self) -> list[Any]:
+        """The runtime Programs compiled for it that are still alive."""
+        return [p for ref in self._programs if (p := ref()) is not None]
 
 
 @dataclass
@@ -291,14 +305,14 @@ def note_aot_graph(label: str, part: str, gm: Any, compiled: Any) -> None:
     graph = _BY_LABEL.get(label)
     if graph is not None:
         graph.aot_code[part] = gm.code
-        graph.compiled.append(compiled)
+        graph._compiled.append(weakref.ref(compiled))
 
 
 def note_program(name: str, ir_graph: Any, program: Any) -> None:
     label = name.rsplit(", ", 1)[0]
     graph = _BY_LABEL.get(label)
     if graph is not None:
-        graph.programs.append(program)
+        graph._programs.append(weakref.ref(program))
 
 
 def note_lazy(name: str, why: str) -> None:
