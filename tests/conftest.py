@@ -17,9 +17,8 @@ import xlalab.debug.metrics as met
 
 @pytest.fixture(autouse=True, scope="module")
 def _forget_compiled_functions() -> Iterator[None]:
-    """After each test file, dynamo forgets its compiled functions and JAX its cached executables
-    (each keeps memory maps of its machine code: one process running the whole suite would reach
-    the kernel's limit of 65530 maps, where XLA's compiler fails and the process dies)."""
+    """After each test file, dynamo forgets its compiled functions and JAX its cached executables,
+    so that one file's programs do not outlive it in the process that runs the whole suite."""
     yield
     if "torch._dynamo" in sys.modules:
         import xlalab.dynamo

@@ -728,10 +728,8 @@ class Watcher:
         advice = [READ_ADVICE]
         inside = getattr(ev, "inside", None)
         if inside is not None:  # the read is a library's: say which line, which the user cannot see
-            src = self.cells.source_line(inside)
             path = library_path(inside.file)
-            where = f"{path}:{inside.line} in {inside.function}"
-            advice.insert(0, f"the read is inside {where}" + (f": {src}" if src else ""))
+            advice.insert(0, f"the read is inside {self._library_line(inside)}")
             advice[1:1] = [text for prefix, text in LIBRARY_READ_ADVICE.items() if path.startswith(prefix)]
         line = self.cells.source_line(site) if site is not None else ""
         if ev.reason == "item" and site is not None and ".item(" not in line:
@@ -751,6 +749,12 @@ class Watcher:
         finding.count = max(finding.count, cuts)  # the reads before this one count too
         return finding
 
+    def _library_line(self, inside: Frame) -> str:
+        """``path:line in function: source`` of a library's line, the path as its package spells it."""
+        src = self.cells.source_line(inside)
+        where = f"{library_path(inside.file)}:{inside.line} in {inside.function}"
+        return where + (f": {src}" if src else "")
+
     def _on_fallback(self, ev: events.FallbackEvent) -> Finding | None:
         if ev.op == ITEM_OP:
             return None
@@ -761,9 +765,7 @@ class Watcher:
         details = ["its inputs were copied to the host, the op ran in eager PyTorch, the result came back"]
         inside = getattr(ev, "inside", None)
         if inside is not None:  # a library called it: say which line, which the user cannot see
-            src = self.cells.source_line(inside)
-            where = f"{library_path(inside.file)}:{inside.line} in {inside.function}"
-            details.insert(0, f"the call is inside {where}" + (f": {src}" if src else ""))
+            details.insert(0, f"the call is inside {self._library_line(inside)}")
         if ev.op in DYNAMIC_SHAPE_OPS:
             details.append(
                 "its output shape depends on the data, so graphs that use it recompile as it changes"

@@ -547,25 +547,19 @@ META_RULES: dict[Any, Callable[..., Any]] = {
 }
 
 
-# The rules above that give eager's own output shapes are also torch's Meta kernels where it has
-# none, so that FakeTensor tracing (torch.compile's AOTAutograd) can trace these ops too: a
-# compiled FractionalMaxPool3d's backward, QAT's fake quantization. (_ctc_loss.Tensor's rule
-# is not: its log_alpha may be wider than eager's.)
-_EAGER_SHAPED = (
-    aten.fake_quantize_per_tensor_affine_cachemask.default,
-    aten._fake_quantize_per_tensor_affine_cachemask_tensor_qparams.default,
-    aten.fake_quantize_per_channel_affine_cachemask.default,
-    aten.multi_margin_loss_backward.default,
-    aten.multilabel_margin_loss_backward.default,
-    aten._ctc_loss_backward.default,
-    aten._ctc_loss_backward.Tensor,
-    aten.fractional_max_pool3d_backward.default,
-)
+# The rules above are also torch's Meta kernels where it has none, so that FakeTensor tracing
+# (torch.compile's AOTAutograd) can trace these ops too: a compiled FractionalMaxPool3d's
+# backward, QAT's fake quantization. Not the rules whose shapes differ from eager's:
+_NOT_EAGER_SHAPED = {aten._ctc_loss.Tensor}  # its log_alpha may be wider (lowering/ctc.py's width)
 _META_LIB: list[Any] = []  # the library that holds them, alive as long as the process
 
 
 def _register_meta_kernels() -> None:
-    missing = [op for op in _EAGER_SHAPED if not op.has_kernel_for_dispatch_key(torch._C.DispatchKey.Meta)]
+    missing = [
+        op
+        for op in META_RULES
+        if op not in _NOT_EAGER_SHAPED and not op.has_kernel_for_dispatch_key(torch._C.DispatchKey.Meta)
+    ]
     if not missing:
         return
     lib = torch.library.Library("aten", "IMPL", "Meta")
@@ -588,11 +582,11 @@ def _meta_by_rule(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
         return None
 
 
-# Ops whose eager errors depend on the values (a singular matrix): zeros would say nothing.
+# Ops whose eager errors depend on the values (a singular matrix; CTC's lengths, where zeros
+# refuse concatenated targets): zeros would say nothing.
 _VALUE_CHECKED = ("linalg_", "cholesky", "inverse", "lu_", "_lu", "solve", "svd", "eig", "qr", "det",
-                  "lstsq", "pinv", "triangular", "geqrf", "ormqr", "orgqr", "matrix_exp", "potr")  # fmt: skip
-# ...and by exact name: CTC's lengths are values (zero lengths refuse concatenated targets).
-_VALUE_CHECKED_OPS = frozenset({"aten::_ctc_loss"})
+                  "lstsq", "pinv", "triangular", "geqrf", "ormqr", "orgqr", "matrix_exp", "potr",
+                  "_ctc_loss")  # fmt: skip
 # Kernels that check nothing and trust their operands (a backward given what its forward
 # checked): zeros or shrunk operands could make them read out of bounds, so they are not asked.
 _UNCHECKED_KERNELS = frozenset({"aten::_ctc_loss_backward"})
@@ -612,7 +606,7 @@ def _eager_accepts(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, An
     if name in _UNCHECKED_KERNELS:
         return True, None
     small = _max_numel(args) <= _SMALL and _max_numel(kwargs.values()) <= _SMALL
-    exact = small and not any(word in name for word in _VALUE_CHECKED) and name not in _VALUE_CHECKED_OPS
+    exact = small and not any(word in name for word in _VALUE_CHECKED)
     shrink = not exact
     # CUDA's dtype rules: its other checks are the CPU kernel's, asked on float operands.
     floats = func in ACCELERATOR_DTYPES

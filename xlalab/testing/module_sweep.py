@@ -81,10 +81,6 @@ class ModuleResult:
     seconds: float = 0.0
 
 
-class _EagerFailed(Exception):
-    """Eager PyTorch itself refuses the sample (some samples are only valid in float64)."""
-
-
 # --------------------------------------------------------------------------- one sample
 
 
@@ -160,7 +156,7 @@ def run_module_sample(
         wide = copy.deepcopy(module).double()
         want = _run(module, ops._clone(f.args), ops._clone(f.kwargs), None if random else _grads_out)
     except Exception as e:
-        raise _EagerFailed(ops._describe(e)) from e
+        raise ops._EagerFailed(ops._describe(e)) from e
     ops._clear_counters()
     x_args, x_kwargs = ops._to_device((f.args, f.kwargs), dev)
     runner: Any = on_xla
@@ -294,7 +290,7 @@ def sweep_module(
                 mode = "train" if training else "eval"
                 if mode not in res.modes:
                     res.modes.append(mode)
-            except _EagerFailed as e:
+            except ops._EagerFailed as e:
                 eager_failed.append(f"{where}: {e}")
             except ops.Mismatch as e:
                 res.problems.append(f"{where}: {e}")
