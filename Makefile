@@ -130,11 +130,7 @@ test: install
 	$(PYTHON) -m ruff check xlalab tests bench examples
 	$(PYTHON) -m mypy xlalab
 	cd $(EXT) && npm run lint && npm test
-	$(PYTHON) -m pytest -q --timeout=900 tests --ignore=tests/test_module_sweep.py
-	# Every nn module, lazily and compiled, in a process of its own: each compiled program holds
-	# memory maps of its machine code, and one process for the whole suite reached the kernel's
-	# limit (65530), where XLA's compiler fails and the process dies.
-	$(PYTHON) -m pytest -q --timeout=900 tests/test_module_sweep.py
+	$(PYTHON) -m pytest -q --timeout=900 tests
 
 lint: install
 	$(PYTHON) -m ruff check xlalab tests bench examples

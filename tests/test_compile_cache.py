@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 import xlalab
@@ -126,6 +127,39 @@ def test_the_in_memory_cache_is_bounded_least_recently_used_first(
     finally:
         config.set("XLA_COMPILATION_CACHE_SIZE", before)
 
+
+
+def test_programs_are_dropped_before_the_process_reaches_its_memory_map_limit(
+    dev: torch.device, fresh_metrics: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each XLA:CPU kernel holds memory maps; past vm.max_map_count XLA's LLVM cannot allocate and
+    # the process crashes. Here the limit is made to sit a few hundred maps above what the
+    # process holds, and a program that changes shape every step compiles again and again.
+    from xlalab.runtime import compile_cache
+
+    now = compile_cache.maps_in_use()
+    if now is None:
+        pytest.skip("no /proc/self/maps on this system")
+    limit = now + 1000
+    monkeypatch.setattr(compile_cache, "map_limit", lambda: limit)
+    monkeypatch.setattr(compile_cache, "MAPS_HIGH", (now + 60) / limit)
+    monkeypatch.setattr(compile_cache, "MAPS_LOW", (now + 30) / limit)
+    monkeypatch.setattr(compile_cache, "_warned", [False])
+    peak = 0
+    with pytest.warns(UserWarning, match=r"vm\.max_map_count") as caught:
+        for n in range(1, 41):
+            x = torch.arange(n, dtype=torch.float32, device=dev)
+            out = ((x * 2).sin() @ x.exp() + x.cos().sum()).item()
+            peak = max(peak, compile_cache.maps_in_use() or 0)
+            expect = ((torch.arange(n, dtype=torch.float32) * 2).sin() @ torch.arange(n).float().exp())
+            assert out == pytest.approx(float(expect + torch.arange(n).float().cos().sum()), rel=1e-5)
+    assert len([w for w in caught if "vm.max_map_count" in str(w.message)]) == 1  # warned once
+    assert counter("UncachedCompile") == 40
+    assert counter("CompileCacheEviction") > 0
+    assert peak < now + 100  # the high-water mark and one program's maps: never near the limit
+    x = torch.arange(1, dtype=torch.float32, device=dev)  # the first program: dropped, compiles again
+    assert ((x * 2).sin() @ x.exp() + x.cos().sum()).item() == pytest.approx(1.0)
+    assert counter("UncachedCompile") == 41
 
 _SECOND_RUN = """
 import torch

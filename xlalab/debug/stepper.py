@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from xlalab.debug.graph_dump import _Table, graph_of
-from xlalab.runtime import config, ir, sharding
+from xlalab.runtime import compile_cache, config, ir, sharding
 from xlalab.runtime import graph as _graph
 from xlalab.runtime.dtypes import host_jnp, short_name
 from xlalab.runtime.frames import Frame
@@ -55,7 +55,7 @@ STEP_COUNTERS = _graph.NodeCounters(
 )
 # The stepper's own executables: sharing the OPBYOP modes' cache would turn the user's later
 # op-by-op compiles into cache hits, and stepping must leave no trace on the program.
-_STEP_CACHE: dict[Any, Any] = {}
+_STEP_CACHE = compile_cache.ProgramCache(counter=None)
 
 # A row's value: one CPU tensor, or one per output of a multi-output node (None: switched off).
 Value: TypeAlias = "torch.Tensor | tuple[torch.Tensor | None, ...]"

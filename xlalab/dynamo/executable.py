@@ -26,7 +26,6 @@ from __future__ import annotations
 import sys
 import time
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +38,7 @@ from torch import fx
 from xlalab.runtime import (
     backend,
     checks,
+    compile_cache,
     config,
     donation,
     events,
@@ -540,8 +540,7 @@ class _Donating:
 
 
 # Donating programs by graph key, least recently used first out (as the runtime's cache).
-_DONATING: OrderedDict[Any, _Donating] = OrderedDict()
-_DONATING_LIMIT = 256
+_DONATING = compile_cache.ProgramCache(limit=256)
 
 
 def _compile_donating(
@@ -562,7 +561,6 @@ def _compile_donating(
     hit = _DONATING.get(full_key)
     device = f"xla:{g.key[-1]}"
     if hit is not None:
-        _DONATING.move_to_end(full_key)
         graph.note_cache_hit(g, hit.program, int(g.key[-1]), "dynamo_compile")
         return hit
     fn = graph.build_function(g)
@@ -590,9 +588,7 @@ def _compile_donating(
         return donation.in_root_order(outs, order) if order else outs  # type: ignore[no-any-return]
 
     done = _Donating(program, call, avals)
-    _DONATING[full_key] = done
-    if len(_DONATING) > _DONATING_LIMIT:
-        _DONATING.popitem(last=False)
+    _DONATING.put(full_key, done)
     return done
 
 

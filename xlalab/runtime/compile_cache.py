@@ -8,7 +8,10 @@ a small graph recompiles faster than it reads back.
 
 from __future__ import annotations
 
+import itertools
 import os
+import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -100,33 +103,86 @@ def disk_cache() -> dict[str, Any]:
     return dict(_state)
 
 
-class ProgramCache:
-    """Compiled programs by exact graph key, least recently used dropped past XLA_COMPILATION_CACHE_SIZE."""
+# Each kernel XLA:CPU compiles is mapped into memory as its own code, constant and data pages:
+# about 3 memory maps a kernel, 700 for a small transformer's training step. Linux refuses a
+# process more than vm.max_map_count maps (65530 by default), and XLA's LLVM then fails to
+# allocate and the process crashes. So the caches hold programs within a share of that limit.
+MAPS_HIGH = 0.6  # past this share of the limit, the least recently used programs are dropped...
+MAPS_LOW = 0.45  # ...until the process is back under this share
+_LIMIT_FILE = "/proc/sys/vm/max_map_count"
+_MAPS_FILE = "/proc/self/maps"
 
-    def __init__(self) -> None:
+
+def map_limit() -> int | None:
+    """The kernel's limit of memory maps per process; None where there is none to read."""
+    try:
+        with open(_LIMIT_FILE, "rb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def maps_in_use() -> int | None:
+    """How many memory maps this process holds (a read of /proc/self/maps, about 0.4 ms per
+    thousand maps); None off Linux."""
+    try:
+        with open(_MAPS_FILE, "rb") as f:
+            return f.read().count(b"\n")
+    except OSError:
+        return None
+
+
+_CACHES: weakref.WeakSet[ProgramCache] = weakref.WeakSet()
+_use_clock = itertools.count()  # one clock for every cache: the least recently used of them all
+_warned = [False]
+
+
+class ProgramCache:
+    """Compiled programs by exact key, least recently used dropped past ``limit`` programs
+    (XLA_COMPILATION_CACHE_SIZE by default) or when the process nears its memory-map limit."""
+
+    def __init__(self, limit: int | None = None, counter: str | None = "CompileCacheEviction") -> None:
         self._programs: dict[Any, Any] = {}  # insertion order is recency order
+        self._used: dict[Any, int] = {}  # key -> the shared clock's reading at its last use
+        self._limit = limit
+        self._counter = counter  # what counts a drop (None: a cache the user's metrics never see)
+        _CACHES.add(self)
 
     def get(self, key: Any) -> Any:
         prog = self._programs.pop(key, None)
         if prog is not None:
             self._programs[key] = prog  # now the most recent
+            self._used[key] = next(_use_clock)
         return prog
 
     def put(self, key: Any, prog: Any, on_evict: Callable[[Any], None] | None = None) -> None:
+        """Keep ``prog``, a program compiled just now: then make room, by count and by maps."""
+        self._programs.pop(key, None)
         self._programs[key] = prog
-        limit = max(int(config.get("XLA_COMPILATION_CACHE_SIZE")), 1)
-        while len(self._programs) > limit:
-            oldest = next(iter(self._programs))
-            evicted = self._programs.pop(oldest)
-            metrics.count("CompileCacheEviction")
+        self._used[key] = next(_use_clock)
+        limit = self._limit if self._limit is not None else int(config.get("XLA_COMPILATION_CACHE_SIZE"))
+        while len(self._programs) > max(limit, 1):
+            evicted = self._drop_oldest()
             if on_evict is not None:
                 on_evict(evicted)
+        make_room_for_maps()
+
+    def _drop_oldest(self) -> Any:
+        oldest = next(iter(self._programs))
+        del self._used[oldest]
+        if self._counter is not None:
+            metrics.count(self._counter)
+        return self._programs.pop(oldest)
+
+    def _oldest_use(self) -> int | None:
+        return self._used[next(iter(self._programs))] if self._programs else None
 
     def values(self) -> list[Any]:
         return list(self._programs.values())
 
     def clear(self) -> None:
         self._programs.clear()
+        self._used.clear()
 
     def __len__(self) -> int:
         return len(self._programs)
@@ -136,3 +192,38 @@ class ProgramCache:
 
     def __contains__(self, key: Any) -> bool:
         return key in self._programs
+
+
+def make_room_for_maps() -> None:
+    """Past ``MAPS_HIGH`` of the map limit, drop the least recently used programs of all caches
+    (an eighth of them at a time, counting again after each) until under ``MAPS_LOW``. A dropped
+    program compiles again if its graph comes back; the first drop warns, since it usually means
+    a program that recompiles on every step."""
+    limit = map_limit()
+    used = maps_in_use()
+    if limit is None or used is None or used <= MAPS_HIGH * limit:
+        return
+    before, dropped = used, 0
+    while used > MAPS_LOW * limit:
+        held = [c for c in list(_CACHES) if c]
+        total = sum(len(c) for c in held)
+        if not total:
+            break
+        for _ in range(max(total // 8, 1)):
+            oldest = min((c for c in held if c), key=lambda c: c._oldest_use() or 0, default=None)
+            if oldest is None:
+                break
+            oldest._drop_oldest()
+            dropped += 1
+        used = maps_in_use() or 0
+    if dropped and not _warned[0]:
+        _warned[0] = True
+        warnings.warn(
+            f"xlalab: this process held {before} memory maps, near the kernel's limit of {limit} "
+            f"(vm.max_map_count), past which XLA cannot load compiled code and the process crashes. "
+            f"XLA:CPU takes about 3 maps per compiled kernel, so {dropped} of the least recently used "
+            "compiled programs were dropped; each compiles again if its graph comes back "
+            "(CompileCacheEviction counts them). Many programs usually mean a graph that changes "
+            "every step: the metrics report's UncachedCompile and PT_XLA_DEBUG=1 say why it recompiles.",
+            stacklevel=3,
+        )

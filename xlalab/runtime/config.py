@@ -117,7 +117,8 @@ declare(
     int,
     2048,
     "How many compiled graphs stay in memory; past it the least recently used is dropped (counted as "
-    "CompileCacheEviction) and compiles again if it comes back.",
+    "CompileCacheEviction) and compiles again if it comes back. Programs are also dropped when the "
+    "process nears the kernel's limit of memory maps (vm.max_map_count).",
 )
 declare(
     "XLA_ENABLE_PARAM_ALIASING",

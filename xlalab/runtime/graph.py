@@ -628,7 +628,7 @@ def _inputs(graph: Graph, device: int) -> tuple[list[Node], list[Any], Any]:
 
 # --------------------------------------------------------------------------- op-by-op
 
-_OP_CACHE: dict[Any, Any] = {}  # one small executable per node signature
+_OP_CACHE = compile_cache.ProgramCache()  # one small executable per node signature
 
 
 @dataclass(frozen=True)
@@ -649,18 +649,20 @@ USER_COUNTERS = NodeCounters("UncachedCompile", "CachedCompile", "ExecuteComputa
 
 
 def node_executable(
-    ins: tuple[Any, ...], vals: list[Any], settings: tuple[Any, ...], cache: dict[Any, Any]
+    ins: tuple[Any, ...], vals: list[Any], settings: tuple[Any, ...], cache: compile_cache.ProgramCache
 ) -> tuple[Any, int | None]:
     """The small compiled program for one op instruction on ``vals``, and its compile time in ns
     (None when ``cache`` already held it). Keyed by the node's signature and the trace settings,
     which change what a lowering traces (a bfloat16 switch changes output types)."""
-    sig = (id(ins[1]), ins[2:6], ins[7:9], ins[10], tuple((v.shape, v.dtype) for v in vals), settings)
+    # The op itself, not its id: an op made at run time (a control-flow body's) can be freed, and
+    # a later one at the same address must not find its program.
+    sig = (ins[1], ins[2:6], ins[7:9], ins[10], tuple((v.shape, v.dtype) for v in vals), settings)
     fn = cache.get(sig)
     if fn is not None:
         return fn, None
     t0 = time.perf_counter_ns()
     fn = jax.jit(lambda *vs, _ins=ins: lower_node(_ins, list(vs))).lower(*vals).compile()
-    cache[sig] = fn
+    cache.put(sig, fn)
     return fn, time.perf_counter_ns() - t0
 
 
@@ -670,7 +672,7 @@ def run_node(
     env: list[Any],
     dev: Any,
     settings: tuple[Any, ...],
-    cache: dict[Any, Any] = _OP_CACHE,
+    cache: compile_cache.ProgramCache = _OP_CACHE,
     counters: NodeCounters = USER_COUNTERS,
 ) -> Any:
     """One node's value, from the values ``env`` holds for the nodes before it; an op node runs

@@ -55,7 +55,7 @@ import torch
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from . import backend, config, events, graph, ir, metrics, replica_state, storage
+from . import backend, compile_cache, config, events, graph, ir, metrics, replica_state, storage
 from .frames import user_frames
 from .ir import Node
 from .storage import pending_storages
@@ -549,7 +549,7 @@ class SpmdProgram:
         return str(self.executable.as_text())
 
 
-PROGRAMS: dict[tuple[Any, ...], SpmdProgram] = {}
+PROGRAMS = compile_cache.ProgramCache()  # SpmdProgram by graph key and replica group
 
 
 def _same_program(graphs: Sequence[graph.Graph]) -> bool:
@@ -604,7 +604,8 @@ def execute(
     key = (first.key[:-1], graph._trace_settings(), group.key)
     prog = PROGRAMS.get(key)
     if prog is None:
-        prog = PROGRAMS[key] = _compile(group, first, datas, scalars, zero_in)
+        prog = _compile(group, first, datas, scalars, zero_in)
+        PROGRAMS.put(key, prog)
     else:
         graph.note_cache_hit(first, prog, devices[0], reason)
     t0 = time.perf_counter_ns()

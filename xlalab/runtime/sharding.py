@@ -29,7 +29,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from . import backend, ir
+from . import backend, compile_cache, ir
 from .ir import Node
 
 if TYPE_CHECKING:
@@ -423,7 +423,7 @@ def carry_annotations(args: Sequence[Any], placeholders: Sequence[Any]) -> None:
 # fused program (a constraint node re-lays its value out).
 
 # Per-node executables of SPMD runs: the node's signature plus its operands' layouts.
-_OP_CACHE: dict[Any, Any] = {}
+_OP_CACHE = compile_cache.ProgramCache()
 
 
 def op_by_op_target(graph: Graph, device: int) -> Any:
