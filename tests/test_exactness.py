@@ -3,6 +3,7 @@
 - The compiled-graph cache is exact: graphs that differ in one argument (``-1``/``-2``,
   ``True``/``1``/``1.0``, ``0.0``/``-0.0``) never share a program (property test below).
 - Elementwise ops compute in torch's computation dtype, not only return it.
+- Zeros XLA can see as constants still turn -0.0 into 0.0 when added, as IEEE says.
 - Views report eager's strides, so ``contiguous()`` and ``reshape()`` copy where eager copies.
 - A failed sync stays where it happened; debug output files never stop the program.
 """
@@ -520,3 +521,54 @@ def test_max_min_and_clamp_keep_the_first_of_a_tie(dev: torch.device) -> None:
         torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, msg=name)
         numbers = ~want.isnan()
         assert torch.equal(got[numbers].signbit(), want[numbers].signbit()), name
+
+
+# Tensors of zeros XLA can see: made by a factory, or summed over nothing (an empty sum, a
+# product whose contracted length is 0).
+_ZEROS: dict[str, Callable[[Any], torch.Tensor]] = {
+    "zeros": lambda d: torch.zeros(2, device=d),
+    "zero_": lambda d: torch.ones(2, device=d).zero_(),
+    "zeros_like": lambda d: torch.zeros_like(torch.ones(2, device=d)),
+    "new_zeros": lambda d: torch.ones(2, device=d).new_zeros(2),
+    "full": lambda d: torch.full((2,), 0.0, device=d),
+    "fill_": lambda d: torch.ones(2, device=d).fill_(0),
+    "expanded": lambda d: torch.zeros(1, device=d).expand(2),
+    "empty_sum": lambda d: torch.ones(2, 0, device=d).sum(1),
+    "empty_mm": lambda d: (torch.ones(2, 0, device=d) @ torch.ones(0, 1, device=d))[:, 0],
+    "empty_bmm": lambda d: torch.bmm(torch.ones(1, 2, 0, device=d), torch.ones(1, 0, 1, device=d))[0, :, 0],
+    "empty_mv": lambda d: torch.mv(torch.ones(2, 0, device=d), torch.ones(0, device=d)),
+    "empty_dot": lambda d: torch.dot(torch.ones(0, device=d), torch.ones(0, device=d)).expand(2),
+}
+_ADDS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "z + v": lambda z, v: z + v,
+    "v + z": lambda z, v: v + z,
+    "z.add_(v)": lambda z, v: z.clone().add_(v),
+    "add alpha": lambda z, v: torch.add(v, z, alpha=3),
+    "v - (-z)": lambda z, v: v - (-z),
+    "addcmul": lambda z, v: torch.addcmul(z, v, torch.ones_like(v)),
+}
+
+
+def _negative_zero_sums(d: Any) -> dict[str, torch.Tensor]:
+    v = torch.tensor([-0.0, -0.0], device=d)
+    out = {f"{a} with {z}": add(make(d), v) for z, make in _ZEROS.items() for a, add in _ADDS.items()}
+    one = torch.tensor([[-0.0, 1.0]], device=d).mT  # reductions over one element
+    out |= {"sum": one.sum(1), "mean": one.mean(1), "nansum": one.nansum(1), "sum all": one[:1].sum()}
+    out["complex sum"] = torch.view_as_real(torch.complex(one, -one).sum(1))
+    # Eager's GEMM only scales the added term when nothing is summed: its -0.0 stays.
+    empty = (torch.ones(2, 0, device=d), torch.ones(0, 1, device=d))
+    out["addmm empty"] = torch.addmm(v[:, None], *empty)
+    out["addmm empty beta=0"] = torch.addmm(v[:, None], *empty, beta=0)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["lazy", "compiled"])
+def test_adding_zeros_to_negative_zero_gives_positive_zero(mode: str) -> None:
+    # IEEE: -0.0 + 0.0 is 0.0, and a sum starts from 0.0. XLA's simplifier folds x + 0 into x
+    # and a sum over one element into the element: both keep the -0.0.
+    run = _negative_zero_sums if mode == "lazy" else torch.compile(_negative_zero_sums, backend="xlalab")
+    eager = _negative_zero_sums("cpu")
+    got = run(DEV)
+    for name, e in eager.items():
+        x = got[name].cpu()
+        assert torch.equal(x, e) and torch.equal(x.signbit(), e.signbit()), (name, e, x)

@@ -19,6 +19,7 @@ import torch
 from jax import lax
 
 from xlalab.runtime.dtypes import convert, to_jnp
+from xlalab.runtime.lowering.factories import filled
 from xlalab.runtime.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -725,12 +726,14 @@ def _masked_fill(x: Array, mask: Array, value: Array | Scalar) -> Array:
 
 @lowering(aten.fill.Scalar, aten.fill.Tensor)
 def _fill(x: Array, value: Array | Scalar) -> Array:
-    return jnp.broadcast_to(jnp.asarray(value, x.dtype), x.shape)
+    if isinstance(value, jax.Array):
+        return jnp.broadcast_to(value.astype(x.dtype), x.shape)
+    return filled(x.shape, value, x.dtype)
 
 
 @lowering(aten.zero.default)
 def _zero(x: Array) -> Array:
-    return jnp.zeros_like(x)
+    return filled(x.shape, 0, x.dtype)
 
 
 @lowering(aten.copy.default)

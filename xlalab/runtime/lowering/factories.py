@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+from jax import lax
 
 from ..dtypes import to_jnp
 from .registry import lowering
@@ -17,6 +19,18 @@ aten = torch.ops.aten
 
 def _dt(dtype: Any, default: Any) -> Any:
     return to_jnp(dtype) if dtype is not None else default
+
+
+def filled(shape: tuple[int, ...], value: Any, dtype: Any = None) -> jax.Array:
+    """``shape`` filled with ``value``. A floating zero goes through an optimization barrier:
+    XLA's simplifier folds ``x + 0`` into ``x``, which turns IEEE's ``-0.0 + 0.0 = 0.0`` into
+    -0.0 wherever a tensor of zeros (``torch.zeros``, ``zero_()``, ``new_zeros``) is added to.
+    The barrier holds a scalar, so the broadcast still fuses into its users."""
+    if isinstance(value, (int, float, complex, np.number)) and value == 0:
+        zero = jnp.zeros((), dtype if dtype is not None else jnp.result_type(value))
+        if jnp.issubdtype(zero.dtype, jnp.inexact):
+            return jnp.broadcast_to(lax.optimization_barrier(zero), shape)
+    return jnp.full(shape, value, dtype)
 
 
 @lowering(aten.arange.default)
@@ -78,17 +92,17 @@ def _scalar_tensor(s: Any, *, dtype: Any = None) -> Any:
 
 @lowering(aten.full.default)
 def _full(size: Any, fill_value: Any, *, dtype: Any = None) -> Any:
-    return jnp.full(tuple(size), fill_value)
+    return filled(tuple(size), fill_value, _dt(dtype, None))
 
 
 @lowering(aten.full_like.default)
 def _full_like(x: Any, fill_value: Any, *, dtype: Any = None, **_: Any) -> Any:
-    return jnp.full(x.shape, fill_value, _dt(dtype, x.dtype))
+    return filled(x.shape, fill_value, _dt(dtype, x.dtype))
 
 
 @lowering(aten.zeros_like.default, aten.empty_like.default)
 def _zeros_like(x: Any, *, dtype: Any = None, **_: Any) -> Any:
-    return jnp.zeros(x.shape, _dt(dtype, x.dtype))
+    return filled(x.shape, 0, _dt(dtype, x.dtype))
 
 
 @lowering(aten.ones_like.default)

@@ -10,6 +10,7 @@ import torch
 from jax import lax
 
 from xlalab.runtime.lowering.elementwise import HALF, Scalar, integral_scalar, is_number, scaled
+from xlalab.runtime.lowering.factories import filled
 from xlalab.runtime.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -32,9 +33,17 @@ def precision() -> lax.Precision:
 
 def _product(a: Array, b: Array) -> Array:
     """``a @ b``, accumulated (and left) in float32 for half inputs, as torch's CPU GEMMs do."""
-    if a.dtype in HALF:
-        return jnp.matmul(a, b, precision=precision(), preferred_element_type=jnp.float32)
-    return jnp.matmul(a, b, precision=precision())
+    acc = jnp.float32 if a.dtype in HALF else None
+    return summed_over_nothing(jnp.matmul(a, b, precision=precision(), preferred_element_type=acc), a, b)
+
+
+def summed_over_nothing(product: Array, *operands: Array) -> Array:
+    """A product whose contracted length is 0 is zeros, as eager fills it. XLA makes it a
+    constant, which would fold ``x + product`` into ``x`` (and keep a -0.0 that IEEE's
+    ``-0.0 + 0.0`` makes 0.0): the zeros come from ``filled``, which XLA cannot fold."""
+    if product.size and any(o.size == 0 for o in operands):
+        return filled(product.shape, 0, product.dtype)
+    return product
 
 
 @lowering(aten.mm.default, aten.bmm.default, aten.mv.default, aten.matmul.default)
@@ -49,32 +58,35 @@ def _matmul(x: Array, other: Array) -> Array:
 _BETA_ALPHA = ("beta", "alpha")
 
 
-def _beta_alpha(x: Array, product: Array, beta: Scalar, alpha: Scalar) -> Array:
+def _beta_alpha(x: Array, product: Array, beta: Scalar, alpha: Scalar, empty: bool = False) -> Array:
     """``beta * x + alpha * product``; torch ignores ``x`` (even NaN in it) when beta is 0.
 
     Integer kernels truncate float ``beta``/``alpha`` to the integer type; half kernels
-    scale and add in float32 and round once."""
+    scale and add in float32 and round once. When nothing was summed (``empty``: a
+    contraction of length 0), eager's GEMM only scales ``x`` by beta: a -0.0 in it stays."""
     beta, alpha = integral_scalar(beta, x), integral_scalar(alpha, x)
     half = x.dtype if x.dtype in HALF else None
     if half is not None:
         x, product = x.astype(jnp.float32), product.astype(jnp.float32)
-    product = scaled(product, alpha)
+    shape = jnp.broadcast_shapes(x.shape, product.shape)
     if is_number(beta, 0):
-        out = jnp.broadcast_to(product, jnp.broadcast_shapes(x.shape, product.shape))
+        out = jnp.broadcast_to(product if empty else scaled(product, alpha), shape)
+    elif empty:
+        out = jnp.broadcast_to(scaled(x, beta), shape)
     else:
-        out = scaled(x, beta) + product
+        out = scaled(x, beta) + scaled(product, alpha)
     return out if half is None else out.astype(half)
 
 
 @lowering(aten.dot.default)
 def _dot(x: Array, tensor: Array) -> Array:
-    return jnp.dot(x, tensor, precision=precision())
+    return summed_over_nothing(jnp.dot(x, tensor, precision=precision()), x, tensor)
 
 
 @lowering(aten.vdot.default)
 def _vdot(x: Array, other: Array) -> Array:
     # vdot conjugates its first argument (complex numbers); dot does not.
-    return jnp.dot(jnp.conj(x), other, precision=precision())
+    return summed_over_nothing(jnp.dot(jnp.conj(x), other, precision=precision()), x, other)
 
 
 @lowering(aten.outer.default)
@@ -84,7 +96,7 @@ def _outer(x: Array, vec2: Array) -> Array:
 
 @lowering(aten.addmm.default, aten.baddbmm.default, aten.addmv.default, static=_BETA_ALPHA)
 def _add_product(x: Array, a: Array, b: Array, beta: Scalar = 1, alpha: Scalar = 1) -> Array:
-    return _beta_alpha(x, _product(a, b), beta, alpha)
+    return _beta_alpha(x, _product(a, b), beta, alpha, empty=a.size == 0 or b.size == 0)
 
 
 @lowering(aten.addbmm.default, static=_BETA_ALPHA)
@@ -92,7 +104,8 @@ def _addbmm(x: Array, batch1: Array, batch2: Array, beta: Scalar = 1, alpha: Sca
     # One contraction over (batch, k) rather than a bmm and a sum: fewer roundings.
     acc = jnp.float32 if batch1.dtype in HALF else None
     product = jnp.einsum("bij,bjk->ik", batch1, batch2, precision=precision(), preferred_element_type=acc)
-    return _beta_alpha(x, product, beta, alpha)
+    empty = batch1.size == 0 or batch2.size == 0
+    return _beta_alpha(x, summed_over_nothing(product, batch1, batch2), beta, alpha, empty)
 
 
 @lowering(aten.addr.default, static=_BETA_ALPHA)

@@ -245,8 +245,9 @@ def _apply_view(func: Any, x: Any, tpl: Any) -> Any:
 
 def _empty(vals: list[Any], arg: Any, shape: Any, dtype: Any) -> Any:
     from ..dtypes import to_jnp
+    from .factories import filled
 
-    return jnp.zeros(shape, to_jnp(dtype))
+    return filled(shape, 0, to_jnp(dtype))
 
 
 SPECIAL_LOWERINGS[UPDATE_VIEW] = _update_view
