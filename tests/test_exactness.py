@@ -533,6 +533,7 @@ _ZEROS: dict[str, Callable[[Any], torch.Tensor]] = {
     "full": lambda d: torch.full((2,), 0.0, device=d),
     "fill_": lambda d: torch.ones(2, device=d).fill_(0),
     "expanded": lambda d: torch.zeros(1, device=d).expand(2),
+    "integer times 0": lambda d: (torch.ones(2, dtype=torch.uint8, device=d) * 0).float(),
     "empty_sum": lambda d: torch.ones(2, 0, device=d).sum(1),
     "empty_mm": lambda d: (torch.ones(2, 0, device=d) @ torch.ones(0, 1, device=d))[:, 0],
     "empty_bmm": lambda d: torch.bmm(torch.ones(1, 2, 0, device=d), torch.ones(1, 0, 1, device=d))[0, :, 0],
@@ -572,3 +573,13 @@ def test_adding_zeros_to_negative_zero_gives_positive_zero(mode: str) -> None:
     for name, e in eager.items():
         x = got[name].cpu()
         assert torch.equal(x, e) and torch.equal(x.signbit(), e.signbit()), (name, e, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64])
+def test_exp2_is_exact_at_integers_and_within_an_ulp_between(dtype: torch.dtype) -> None:
+    # exp(x * ln 2) rounds the product, which moves 2**-100 by 17 ulps in float32.
+    x = torch.cat([torch.arange(-120, 121), torch.linspace(-100, 100, 2001)]).to(dtype)
+    want, got = torch.exp2(x), torch.exp2(x.to(DEV)).cpu()
+    whole = x.double() == x.double().round()
+    assert torch.equal(got[whole], want[whole])
+    torch.testing.assert_close(got, want, rtol=2 * torch.finfo(want.dtype).eps, atol=0)

@@ -124,6 +124,10 @@ def _wrapping_square_operand(x: Any) -> Any:
 
 @lowering(aten.mul.Tensor, aten.mul.Scalar)
 def _mul(x: Array, other: Array | Scalar) -> Array:
+    if is_number(other, 0) and is_integral(x):
+        # XLA folds an integer x * 0 into a constant 0, which then folds x + 0 away downstream
+        # (see ``factories.filled``): the zero it multiplies by is opaque.
+        other = lax.optimization_barrier(jnp.zeros((), x.dtype))
     return x * (_wrapping_square_operand(other) if other is x else other)
 
 
@@ -524,6 +528,19 @@ def nan_through(fn: Any) -> Any:
 safe_exp = nan_through(jnp.exp)
 
 
+def _exp2(x: Array) -> Array:
+    """``2**x`` within an ulp and exact at integers, as eager's. ``jnp.exp2`` is
+    ``exp(x * ln 2)``, whose rounded product is off by up to about |x| ulps (2**-100 by 17).
+    Here ``2**round(x)`` is put in the exponent (``ldexp``) and exp takes only the rest, within
+    half of ln 2. Beyond ±2000 every float type has overflowed or underflowed already."""
+    if jnp.iscomplexobj(x):
+        return jnp.exp2(x)
+    x = compute_float(x.astype(jnp.float32) if is_integral(x) else x)
+    x = jnp.clip(x, -2000, 2000)
+    n = jnp.round(x)
+    return jnp.ldexp(jnp.exp((x - n) * jnp.asarray(math.log(2), x.dtype)), n.astype(jnp.int32))
+
+
 def log_exact(x: Array) -> Array:
     """``log(x)`` that XLA cannot fold into its producer.
 
@@ -544,7 +561,7 @@ def _digamma(x: Array) -> Array:
 _UNARY: dict[Any, Any] = {
     aten.abs.default: jnp.abs,
     aten.exp.default: safe_exp,
-    aten.exp2.default: nan_through(jnp.exp2),
+    aten.exp2.default: nan_through(_exp2),
     aten.expm1.default: jnp.expm1,
     aten.log.default: log_exact,
     aten.log2.default: jnp.log2,
