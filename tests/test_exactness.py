@@ -608,3 +608,41 @@ def test_erfcx_and_log_ndtr_where_erfc_is_subnormal(dtype: torch.dtype) -> None:
     y = -x[(x > 1) & (x < 40)] * math.sqrt(2)  # below -1: the branch that takes erfcx
     log_ndtr = torch.special.log_ndtr
     torch.testing.assert_close(log_ndtr(y.to(DEV)).cpu(), log_ndtr(y), rtol=1e-6, atol=0)
+
+
+_WITH_A_NUMBER: dict[str, Callable[[torch.Tensor, float], torch.Tensor]] = {
+    "x + s": lambda x, s: x + s,
+    "s - x": lambda x, s: s - x,
+    "x * s": lambda x, s: x * s,
+    "x / s": lambda x, s: x / s,
+    "add alpha": lambda x, s: torch.add(x, x, alpha=s),
+    "fmod": torch.fmod,
+    "remainder": torch.remainder,
+    "pow": lambda x, s: x.abs() ** s,
+    "floor divide": lambda x, s: torch.div(x, s, rounding_mode="floor"),
+    "trunc divide": lambda x, s: torch.div(x, s, rounding_mode="trunc"),
+    "lerp": lambda x, s: torch.lerp(x, x * 2, s),
+    "addcmul": lambda x, s: torch.addcmul(x, x, x, value=s),
+    "leaky_relu": F.leaky_relu,
+    "elu": lambda x, s: F.elu(x, alpha=abs(s)),
+    "threshold": lambda x, s: F.threshold(x, s, -s),
+    "hardshrink": lambda x, s: F.hardshrink(x, abs(s)),
+    "x == s": lambda x, s: (x * 0 + s) == s,
+    "x > s": lambda x, s: x > s,
+    "masked_fill": lambda x, s: x.masked_fill(x > 0, s),
+    "add_": lambda x, s: x.clone().add_(s),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("op", sorted(_WITH_A_NUMBER))
+def test_a_python_number_in_a_half_op_is_taken_as_eagers_kernel_takes_it(op: str, dtype: torch.dtype) -> None:
+    # Most kernels round the number to the tensor's dtype first (bfloat16 adds 1.1 as 1.1015625,
+    # and a bfloat16 1.1015625 == 1.1); mul, true division and lerp's weight take it in float32.
+    fn = _WITH_A_NUMBER[op]
+    # A multiple of every vector width: eager's scalar loop for a tail rounds some steps that its
+    # vectorized loop does not (a bfloat16 add with alpha), and XLA computes as the vector loop.
+    x = (torch.randn(2048, generator=torch.Generator().manual_seed(0)) * 3).to(dtype)
+    for s in (1.1, 0.37, -2.3, 3.3333, 7.77):
+        want, got = fn(x, s), fn(x.to(DEV), s).cpu()
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, msg=f"{op} with {s}")

@@ -227,7 +227,7 @@ def _instructions(
             instrs.append(("scalar", n_scalar, n.dtype))
             n_scalar += 1
         else:
-            weak = tuple(i for i, s in enumerate(n.src) if s.op is ir.SCALAR and s.dtype == torch.float64)
+            weak = _scalar_casts(n)
             tensor_dtypes = [s.dtype for s in n.src if s.op is not ir.SCALAR]
             promote = _promotion(n)
             instrs.append(
@@ -246,6 +246,45 @@ def _instructions(
                 )
             )
     return instrs, graph.roots, n_data, n_scalar
+
+
+def _scalar_casts(n: Node) -> tuple[tuple[int, torch.dtype | None], ...]:
+    """The node's float scalar inputs (Python numbers: wrapped numbers, ``alpha``...), each with
+    the half dtype it is rounded to first where eager's kernel sees it so (None: it goes to the
+    computation dtype directly). Asked of eager once per op and argument layout."""
+    weak = [i for i, s in enumerate(n.src) if s.op is ir.SCALAR and s.dtype == torch.float64]
+    half = next((s.dtype for s in n.src if s.op is not ir.SCALAR and s.dtype in promotion.HALF), None)
+    if not weak or half is None or not isinstance(n.op, torch._ops.OpOverload) or len(n.arg or ()) != 2:
+        return tuple((i, None) for i in weak)
+    key = (n.op, n.arg, tuple((s.op is ir.SCALAR, s.dtype, not s.shape) for s in n.src))
+    seen = _SCALARS_SEEN_ROUNDED.get(key)
+    if seen is None:
+        seen = _SCALARS_SEEN_ROUNDED[key] = _ask_eager_about_scalars(n, weak, half)
+    return tuple((i, half if r else None) for i, r in zip(weak, seen))
+
+
+_SCALARS_SEEN_ROUNDED: dict[Any, tuple[bool, ...]] = {}
+_PROBE_SHAPE = (514,)  # the probe's tensors, whatever the node's shapes (its ops are elementwise)
+
+
+def _ask_eager_about_scalars(n: Node, weak: list[int], half: torch.dtype) -> tuple[bool, ...]:
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    tpl, ktpl = n.arg
+
+    def call(scalars: list[float], make: Callable[[Sequence[int], torch.dtype], torch.Tensor]) -> Any:
+        given = dict(zip(weak, scalars))
+        shapes = [_PROBE_SHAPE if s.shape else () for s in n.src]
+        vals = [
+            given[i] if i in given else 1 if s.op is ir.SCALAR else make(shapes[i], s.dtype or half)
+            for i, s in enumerate(n.src)
+        ]
+        args = [_subst(a, vals) for a in tpl]
+        kwargs = {k: _subst(v, vals) for k, v in ktpl}
+        return n.op(*args, **kwargs)
+
+    with _disable_current_modes(), torch.no_grad():
+        return promotion.scalars_seen_rounded(call, len(weak), half)
 
 
 def _scope_name(n: Node) -> str:
@@ -299,8 +338,8 @@ def _promoted(v: Any, dtype: torch.dtype) -> Any:
 def _compute_dtype(out: torch.dtype | None, operands: list[torch.dtype | None]) -> torch.dtype:
     """The dtype a float scalar input takes inside an op (torch's scalar promotion).
 
-    Half-precision ops apply float scalars at float32, as torch's CPU kernels do (opmath):
-    rounding the scalar to bf16 first changes results by far more than an ulp (a lerp weight).
+    Half-precision ops apply float scalars at float32, as torch's CPU kernels do (opmath),
+    after rounding them to the half type where the kernel does that too (``_scalar_casts``).
     """
     if out in (torch.float16, torch.bfloat16):
         return torch.float32
@@ -334,8 +373,10 @@ def lower_node(instr: tuple[Any, ...], vals: list[Any]) -> Any:
     _, op, arg, shape, dtype, outs, _, weak, cdtype, _, promote = instr
     if weak:
         vals = list(vals)
-        for i in weak:
-            vals[i] = vals[i].astype(to_jnp(cdtype))
+        for i, via in weak:
+            # A half type first where eager's kernel rounds the scalar to it (``_scalar_casts``).
+            v = vals[i] if via is None else vals[i].astype(to_jnp(via))
+            vals[i] = v.astype(to_jnp(cdtype))
     if op is ir.ITEM:
         return vals[0][arg]
     special = SPECIAL_LOWERINGS.get(op)

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
+import math
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -214,3 +217,72 @@ def python_number(value: Any, dtype: torch.dtype) -> Any:
     if not -(2**63) <= value < 2**64:
         return value
     return int(np.asarray(value, dtype=np.uint64 if value >= 2**63 else np.int64).astype(target))
+
+
+HALF = (torch.bfloat16, torch.float16)
+# Scalars with many bits below a half type's precision, and tensor values around and between
+# them, so that a kernel that sees the scalar rounded gives other results than one that does not.
+# (Two sets: one rounds up to a half type, the other down.)
+_PROBE_SCALARS = ((1.1, -2.3, 0.37), (3.3333, 0.7, -1.7))
+
+
+def _probe_tensor(shape: Sequence[int], dtype: torch.dtype, scalars: Sequence[float], k: int) -> torch.Tensor:
+    """Values for a probe's ``k``-th tensor: many across a range (each tensor its own), and some
+    at, around and at multiples of the scalars."""
+    if not dtype.is_floating_point:
+        return ((torch.arange(math.prod(shape)) + k) % 5).to(dtype).reshape(shape)
+    if not shape:
+        return torch.tensor(scalars[0] * (0.9 + 0.3 * k), dtype=dtype)
+    near = torch.tensor([v * m for s in scalars for v in (s, s * 1.01, -s) for m in (0.5, 1, 2, 3, 5)])
+    spread = torch.linspace(-5, 5, math.prod(shape) - len(near)) * (1 + 0.37 * k)
+    return torch.cat([near, spread.roll(7 * k)]).to(dtype).reshape(shape)
+
+
+def scalars_seen_rounded(
+    call: Callable[[list[float], Callable[[Sequence[int], torch.dtype], torch.Tensor]], Any],
+    count: int,
+    half: torch.dtype,
+) -> tuple[bool, ...]:
+    """For each of a call's ``count`` float scalar arguments: whether eager's CPU kernel sees it
+    rounded to ``half``, the dtype of its half-precision tensors, before computing in float32.
+
+    Torch's kernels differ: most take a wrapped number in the tensors' dtype (an ``add`` of 1.1
+    to a bfloat16 tensor adds 1.1015625), some read the scalar's original value in float32
+    (``mul``, true ``div``, ``lerp``'s weight). Rather than keep a table, eager is asked:
+    ``call(scalars, make_tensor)`` runs the op on small tensors, and a scalar is seen rounded
+    when passing it already rounded changes nothing. A call that fails, or a scalar that moves
+    no result, is taken as rounded (TensorIterator casts its inputs to their common dtype); one
+    whose probe call fails keeps its original value."""
+    def rounded(v: float) -> float:
+        return float(torch.tensor(v, dtype=torch.float64).to(half).double())
+
+    seen = []
+    for k in range(count):
+        same = True
+        for probes in _PROBE_SCALARS:
+            scalars = [probes[(k + j) % len(probes)] * (1 + 0.01 * j) for j in range(count)]
+            try:
+                exact = call(scalars, _probe_tensors(scalars))
+                scalars_r = list(scalars)
+                scalars_r[k] = rounded(scalars[k])
+                same = same and _same(exact, call(scalars_r, _probe_tensors(scalars)))
+            except Exception:
+                same = False
+        seen.append(same)
+    return tuple(seen)
+
+
+def _probe_tensors(scalars: Sequence[float]) -> Callable[[Sequence[int], torch.dtype], torch.Tensor]:
+    """A maker of the probe's tensors, each call the next one, the same sequence every time."""
+    count = itertools.count()
+    return lambda shape, dtype: _probe_tensor(shape, dtype, scalars, next(count))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        if a.dtype.is_floating_point:
+            return bool(torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num()))
+        return bool(torch.equal(a, b))
+    return bool(a == b)
