@@ -646,3 +646,24 @@ def test_a_python_number_in_a_half_op_is_taken_as_eagers_kernel_takes_it(op: str
     for s in (1.1, 0.37, -2.3, 3.3333, 7.77):
         want, got = fn(x, s), fn(x.to(DEV), s).cpu()
         torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, msg=f"{op} with {s}")
+
+
+_HALF_STEPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "xlogy": torch.xlogy,
+    "xlogy with a number": lambda x, y: torch.xlogy(x, 1.1),
+    "xlog1py": torch.special.xlog1py,
+    "logit": lambda x, y: torch.logit(y.clamp(0.01, 0.99)),
+    "logit with eps": lambda x, y: torch.logit(y, eps=0.05),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("op", sorted(_HALF_STEPS))
+def test_half_kernels_that_round_each_step_give_eagers_bits(op: str, dtype: torch.dtype) -> None:
+    # These kernels compute in c10's half arithmetic: the log (xlogy), the ratio (logit) is
+    # rounded to the half type before the next step.
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(2048, generator=g) * 3).to(dtype)
+    y = torch.rand(2048, generator=g).to(dtype)
+    want, got = _HALF_STEPS[op](x, y), _HALF_STEPS[op](x.to(DEV), y.to(DEV)).cpu()
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)

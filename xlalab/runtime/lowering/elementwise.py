@@ -689,11 +689,13 @@ def _round_decimals(x: Array, decimals: int = 0) -> Array:
     return jnp.round(x / scale) * scale
 
 
-@lowering(aten.logit.default)
-def _logit(x: Array, eps: float | None = None) -> Array:
+@lowering(aten.logit.default, result_dtype=True)
+def _logit(x: Array, eps: float | None = None, result_dtype: Any = None) -> Array:
+    # Eager's half kernels round every step: the clipped value, 1 - x, the ratio, the log.
+    r = rounded_to(result_dtype)
     if eps is not None:
-        x = jnp.clip(x, eps, 1 - eps)
-    return jnp.log(x / (1 - x))
+        x = r(jnp.clip(x, eps, 1 - eps))
+    return jnp.log(r(x / r(1 - x)))
 
 
 @lowering(aten.nan_to_num.default)
@@ -735,13 +737,31 @@ def _logaddexp(x: Array, other: Array) -> Array:
     return jnp.logaddexp(x, other)
 
 
-@lowering(aten.xlogy.Tensor, aten.xlogy.Scalar_Other, aten.xlogy.Scalar_Self)
-def _xlogy(x: Array | Scalar, other: Array | Scalar) -> Array:
-    # x * log(y) with 0 * log(0) == 0, and NaN whenever y is NaN.
+@lowering(aten.xlogy.Tensor, aten.xlogy.Scalar_Other, aten.xlogy.Scalar_Self, result_dtype=True)
+def _xlogy(x: Array | Scalar, other: Array | Scalar, result_dtype: Any = None) -> Array:
+    return _times_log(jnp.log, x, other, result_dtype)
+
+
+@lowering(
+    aten.special_xlog1py.default,
+    aten.special_xlog1py.self_scalar,
+    aten.special_xlog1py.other_scalar,
+    result_dtype=True,
+)
+def _xlog1py(x: Array | Scalar, other: Array | Scalar, result_dtype: Any = None) -> Array:
+    return _times_log(jnp.log1p, x, other, result_dtype)
+
+
+def _times_log(
+    log: Callable[[Array], Array], x: Array | Scalar, other: Array | Scalar, result_dtype: Any
+) -> Array:
+    """``x * log(other)`` with 0 times anything 0, and NaN whenever ``other`` is NaN; eager's half
+    kernels round the log to the half type before the product."""
     x, other = jnp.asarray(x), jnp.asarray(other)
     if is_integral(x, other):
         x, other = x.astype(jnp.float32), other.astype(jnp.float32)
-    out = jnp.where(x == 0, jnp.zeros((), jnp.result_type(x, other)), x * jnp.log(other))
+    logged = rounded_to(result_dtype)(log(other))
+    out = jnp.where(x == 0, jnp.zeros((), jnp.result_type(x, other)), x * logged)
     return jnp.where(jnp.isnan(other), other, out)
 
 
