@@ -254,7 +254,8 @@ def _scalar_casts(n: Node) -> tuple[tuple[int, torch.dtype | None], ...]:
     computation dtype directly). Asked of eager once per op and argument layout."""
     weak = [i for i, s in enumerate(n.src) if s.op is ir.SCALAR and s.dtype == torch.float64]
     half = next((s.dtype for s in n.src if s.op is not ir.SCALAR and s.dtype in promotion.HALF), None)
-    if not weak or half is None or not isinstance(n.op, torch._ops.OpOverload) or len(n.arg or ()) != 2:
+    aten = isinstance(n.op, torch._ops.OpOverload) and n.op.namespace == "aten"  # no user op runs twice
+    if not weak or half is None or not aten or len(n.arg or ()) != 2:
         return tuple((i, None) for i in weak)
     key = (n.op, n.arg, tuple((s.op is ir.SCALAR, s.dtype, not s.shape) for s in n.src))
     seen = _SCALARS_SEEN_ROUNDED.get(key)
