@@ -12,7 +12,6 @@ import itertools
 import os
 import warnings
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -155,27 +154,24 @@ class ProgramCache:
             self._used[key] = next(_use_clock)
         return prog
 
-    def put(self, key: Any, prog: Any, on_evict: Callable[[Any], None] | None = None) -> None:
+    def put(self, key: Any, prog: Any) -> None:
         """Keep ``prog``, a program compiled just now: then make room, by count and by maps."""
         self._programs.pop(key, None)
         self._programs[key] = prog
         self._used[key] = next(_use_clock)
         limit = self._limit if self._limit is not None else int(config.get("XLA_COMPILATION_CACHE_SIZE"))
         while len(self._programs) > max(limit, 1):
-            evicted = self._drop_oldest()
-            if on_evict is not None:
-                on_evict(evicted)
+            self._drop_oldest()
         make_room_for_maps()
 
-    def _drop_oldest(self) -> Any:
+    def _drop_oldest(self) -> None:
         oldest = next(iter(self._programs))
-        del self._used[oldest]
+        del self._used[oldest], self._programs[oldest]
         if self._counter is not None:
             metrics.count(self._counter)
-        return self._programs.pop(oldest)
 
-    def _oldest_use(self) -> int | None:
-        return self._used[next(iter(self._programs))] if self._programs else None
+    def _oldest_use(self) -> int:
+        return self._used[next(iter(self._programs))]
 
     def values(self) -> list[Any]:
         return list(self._programs.values())
@@ -210,7 +206,7 @@ def make_room_for_maps() -> None:
         if not total:
             break
         for _ in range(max(total // 8, 1)):
-            oldest = min((c for c in held if c), key=lambda c: c._oldest_use() or 0, default=None)
+            oldest = min((c for c in held if c), key=lambda c: c._oldest_use(), default=None)
             if oldest is None:
                 break
             oldest._drop_oldest()

@@ -265,7 +265,9 @@ def _scalar_casts(n: Node) -> tuple[tuple[int, torch.dtype | None], ...]:
 
 
 _SCALARS_SEEN_ROUNDED: dict[Any, tuple[bool, ...]] = {}
-_PROBE_SHAPE = (514,)  # the probe's tensors, whatever the node's shapes (its ops are elementwise)
+# The probe's tensors, whatever the node's shapes: elementwise ops take them; an op that needs
+# shapes of its own fails the probe and keeps its numbers in float32.
+_PROBE_SHAPE = (514,)
 
 
 def _ask_eager_about_scalars(n: Node, weak: list[int], half: torch.dtype) -> tuple[bool, ...]:

@@ -250,9 +250,9 @@ def scalars_seen_rounded(
     to a bfloat16 tensor adds 1.1015625), some read the scalar's original value in float32
     (``mul``, true ``div``, ``lerp``'s weight). Rather than keep a table, eager is asked:
     ``call(scalars, make_tensor)`` runs the op on small tensors, and a scalar is seen rounded
-    when passing it already rounded changes nothing. A call that fails, or a scalar that moves
-    no result, is taken as rounded (TensorIterator casts its inputs to their common dtype); one
-    whose probe call fails keeps its original value."""
+    when passing it already rounded changes nothing. A scalar that moves no result is taken as
+    rounded (TensorIterator casts its inputs to their common dtype); one whose probe call fails
+    keeps its original value, as before the probe."""
     def rounded(v: float) -> float:
         return float(torch.tensor(v, dtype=torch.float64).to(half).double())
 
