@@ -264,20 +264,21 @@ def scalars_seen_rounded(
             scalars_r = list(scalars)
             scalars_r[k] = rounded(scalars[k])
             try:
-                exact = _seeded(call, scalars)
-                same = same and _same(exact, _seeded(call, scalars_r))
+                exact = _seeded(call, scalars, scalars)
+                same = same and _same(exact, _seeded(call, scalars_r, scalars))
             except Exception:
                 same = False
         seen.append(same)
     return tuple(seen)
 
 
-def _seeded(call: Callable[..., Any], scalars: list[float]) -> Any:
-    """One probe call, its random draws (a dropout's) the same every time, and the user's CPU
-    random stream left as it was."""
+def _seeded(call: Callable[..., Any], scalars: list[float], near: list[float]) -> Any:
+    """One probe call with ``scalars``, on the tensors made around ``near`` (the same for both
+    calls of a comparison), its random draws (a dropout's) the same every time, and the user's
+    CPU random stream left as it was."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        return call(scalars, _probe_tensors(scalars))
+        return call(scalars, _probe_tensors(near))
 
 
 def _probe_tensors(scalars: Sequence[float]) -> Callable[[Sequence[int], torch.dtype], torch.Tensor]:
