@@ -667,3 +667,18 @@ def test_half_kernels_that_round_each_step_give_eagers_bits(op: str, dtype: torc
     y = torch.rand(2048, generator=g).to(dtype)
     want, got = _HALF_STEPS[op](x, y), _HALF_STEPS[op](x.to(DEV), y.to(DEV)).cpu()
     torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64])
+def test_the_abs_of_an_integer_minimum_stays_negative(dtype: torch.dtype) -> None:
+    # abs(-128) is -128 in int8. XLA takes an integer's abs to be at least 0 and folded the
+    # comparisons after it: 3 ** abs(e) took a positive power, abs(e) < 0 was False.
+    large = 2**24 + 1 if dtype.itemsize >= 4 else 5  # not exact in float32
+    e = torch.tensor([torch.iinfo(dtype).min, -127, 127, -3, large], dtype=dtype)
+
+    def program(e: torch.Tensor) -> list[torch.Tensor]:
+        a = e.abs()
+        return [a, a < 0, a.sign(), 3 ** a.clamp(max=5)]
+
+    for want, got in zip(program(e), program(e.to(DEV))):
+        assert torch.equal(got.cpu(), want), (want, got.cpu())

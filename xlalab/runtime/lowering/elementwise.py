@@ -558,6 +558,16 @@ def _hyperbolic(x: Array, sign: int) -> Array:
     return result if sign > 0 else jnp.copysign(result, x)
 
 
+def _abs(x: Array) -> Array:
+    """``|x|``. XLA takes an integer's abs to be at least 0 and folds comparisons with that in
+    mind, but the abs of a signed type's minimum is itself (int8's -128): ``3 ** abs(e)`` of
+    -128 computed a positive power (1) where eager's negative exponent gives 0. The barrier
+    keeps XLA from knowing the sign."""
+    if jnp.issubdtype(x.dtype, jnp.signedinteger):
+        return lax.optimization_barrier(jnp.abs(x))
+    return jnp.abs(x)
+
+
 def log_exact(x: Array) -> Array:
     """``log(x)`` that XLA cannot fold into its producer.
 
@@ -576,7 +586,7 @@ def _digamma(x: Array) -> Array:
 # Ops whose torch semantics are exactly the jnp function of one argument. A table keeps
 # ~40 one-line lowerings readable; each entry is still one registration per overload.
 _UNARY: dict[Any, Any] = {
-    aten.abs.default: jnp.abs,
+    aten.abs.default: _abs,
     aten.exp.default: safe_exp,
     aten.exp2.default: nan_through(_exp2),
     aten.expm1.default: jnp.expm1,
@@ -636,7 +646,7 @@ def _float_unary(fn: Any) -> Any:
     return lower
 
 
-_INT_PRESERVING = {jnp.abs, jnp.floor, jnp.ceil, jnp.trunc, jnp.signbit, jnp.conj}
+_INT_PRESERVING = {_abs, jnp.floor, jnp.ceil, jnp.trunc, jnp.signbit, jnp.conj}
 
 for _op, _fn in _UNARY.items():
     lowering(_op)(_float_unary(_fn))
