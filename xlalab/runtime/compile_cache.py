@@ -141,44 +141,41 @@ class ProgramCache:
     (XLA_COMPILATION_CACHE_SIZE by default) or when the process nears its memory-map limit."""
 
     def __init__(self, limit: int | None = None, counter: str | None = "CompileCacheEviction") -> None:
-        self._programs: dict[Any, Any] = {}  # insertion order is recency order
-        self._used: dict[Any, int] = {}  # key -> the shared clock's reading at its last use
+        # key -> (the shared clock's reading at its last use, program); insertion order is recency
+        self._programs: dict[Any, tuple[int, Any]] = {}
         self._limit = limit
         self._counter = counter  # what counts a drop (None: a cache the user's metrics never see)
         _CACHES.add(self)
 
     def get(self, key: Any) -> Any:
-        prog = self._programs.pop(key, None)
-        if prog is not None:
-            self._programs[key] = prog  # now the most recent
-            self._used[key] = next(_use_clock)
-        return prog
+        entry = self._programs.pop(key, None)
+        if entry is None:
+            return None
+        self._programs[key] = (next(_use_clock), entry[1])  # now the most recent
+        return entry[1]
 
     def put(self, key: Any, prog: Any) -> None:
         """Keep ``prog``, a program compiled just now: then make room, by count and by maps."""
         self._programs.pop(key, None)
-        self._programs[key] = prog
-        self._used[key] = next(_use_clock)
+        self._programs[key] = (next(_use_clock), prog)
         limit = self._limit if self._limit is not None else int(config.get("XLA_COMPILATION_CACHE_SIZE"))
         while len(self._programs) > max(limit, 1):
             self._drop_oldest()
         make_room_for_maps()
 
     def _drop_oldest(self) -> None:
-        oldest = next(iter(self._programs))
-        del self._used[oldest], self._programs[oldest]
+        del self._programs[next(iter(self._programs))]
         if self._counter is not None:
             metrics.count(self._counter)
 
     def _oldest_use(self) -> int:
-        return self._used[next(iter(self._programs))]
+        return next(iter(self._programs.values()))[0]
 
     def values(self) -> list[Any]:
-        return list(self._programs.values())
+        return [prog for _, prog in self._programs.values()]
 
     def clear(self) -> None:
         self._programs.clear()
-        self._used.clear()
 
     def __len__(self) -> int:
         return len(self._programs)

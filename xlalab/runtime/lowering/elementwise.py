@@ -91,14 +91,25 @@ def compute_float(x: Array) -> Array:
     return x
 
 
+def plus_zero(r: Array) -> Array:
+    """``r + 0.0`` as IEEE computes it: -0.0 becomes 0.0, where XLA folds ``r + 0`` into ``r``.
+    A sum starts from 0.0, so eager's is never -0.0, but XLA folds a sum over one element (or
+    none) into the element itself (or a constant zero that a later add then folds away). A
+    comparison and a select are not folded."""
+    if jnp.issubdtype(r.dtype, jnp.complexfloating):
+        return lax.complex(plus_zero(jnp.real(r)), plus_zero(jnp.imag(r)))
+    if not jnp.issubdtype(r.dtype, jnp.floating):
+        return r
+    return jnp.where(r == 0, filled((), 0, r.dtype), r)
+
+
 # --- arithmetic -------------------------------------------------------------------
 
 
 @lowering(aten.add.Tensor, aten.add.Scalar)
 def _add(x: Array, other: Array | Scalar, alpha: Scalar = 1) -> Array:
-    if is_number(other, 0) and isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating):
-        # XLA folds x + 0 to x, keeping -0.0; IEEE (and torch) give -0.0 + 0 == +0.0.
-        return jnp.where(x == 0, jnp.zeros((), x.dtype), x)
+    if is_number(other, 0) and isinstance(x, jax.Array):
+        return plus_zero(x)  # XLA folds x + 0 to x
     return x + scaled(other, alpha)
 
 

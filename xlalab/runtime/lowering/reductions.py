@@ -11,8 +11,14 @@ import torch
 from jax import lax
 
 from xlalab.runtime.dtypes import to_jnp
-from xlalab.runtime.lowering.elementwise import Scalar, compute_float, is_integral, refuse_bool, rounded_to
-from xlalab.runtime.lowering.factories import filled
+from xlalab.runtime.lowering.elementwise import (
+    Scalar,
+    compute_float,
+    is_integral,
+    plus_zero,
+    refuse_bool,
+    rounded_to,
+)
 from xlalab.runtime.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -62,18 +68,6 @@ def _as_float(x: Array) -> Array:
 @lowering(aten.sum.default, aten.sum.dim_IntList)
 def _sum(x: Array, dim: Dims = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Array:
     return plus_zero(jnp.sum(_accumulate_as(x, dtype), axis=axes(x, dim), keepdims=keepdim))
-
-
-def plus_zero(r: Array) -> Array:
-    """``r + 0.0`` as IEEE and eager's accumulators compute it: -0.0 becomes 0.0. A sum starts
-    from 0.0, so eager's is never -0.0; XLA folds a sum over one element (or none) into the
-    element itself (or a constant zero that a later add then folds away), keeping a -0.0. A
-    comparison and a select are not folded; a reduction's output is small."""
-    if jnp.issubdtype(r.dtype, jnp.complexfloating):
-        return lax.complex(plus_zero(jnp.real(r)), plus_zero(jnp.imag(r)))
-    if not jnp.issubdtype(r.dtype, jnp.floating):
-        return r
-    return jnp.where(r == 0, filled((), 0, r.dtype), r)
 
 
 @lowering(aten.prod.default, aten.prod.dim_int)
@@ -371,5 +365,3 @@ def _histc(x: Array, bins: int = 100, min: Scalar = 0, max: Scalar = 0) -> Array
     inside = (flat >= lo) & (flat <= hi)
     counts = jnp.zeros(bins, jnp.int64).at[jnp.where(inside, pos, bins)].add(1, mode="drop")
     return counts.astype(x.dtype)
-
-
