@@ -229,6 +229,55 @@ def test_breaks_in_a_train_step_name_the_users_lines(dev: torch.device) -> None:
     assert "backward() runs between graphs" in text
 
 
+
+class _BreakInForward(nn.Module):
+    """A forward with a graph break inside (as ``nn.LSTM``'s makes under dynamo)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 8)
+        self.b = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.a(x))
+        torch._dynamo.graph_break()
+        return self.b(h)
+
+
+def _sgd_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> torch.Tensor:
+    opt.zero_grad()
+    loss = model(x).square().mean()
+    value = loss.detach()
+    loss.backward()
+    opt.step()
+    return value
+
+
+@pytest.mark.parametrize("forward_breaks", [True, False])
+def test_backward_traced_into_the_graph_trains_as_eager(forward_breaks: bool, dev: torch.device) -> None:
+    # With dynamo's trace_autograd_ops, backward() is traced into the graph. A loss made before
+    # the graph began (a break in the forward) must still give every parameter its gradient:
+    # dynamo alone traced that backward() as nothing, and the step left the model as it was.
+    dynamo.reset()
+    torch.manual_seed(0)
+    eager = _BreakInForward() if forward_breaks else nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1))
+    model = copy.deepcopy(eager).to(dev)
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        step = torch.compile(_sgd_step, backend="xlalab")
+        for i in range(2):
+            x = torch.randn(5, 4, generator=torch.Generator().manual_seed(i))
+            torch.testing.assert_close(step(model, opt, x.to(dev)).cpu(), _sgd_step(eager, eager_opt, x))
+    for p, q in zip(eager.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(q.detach().cpu(), p.detach())
+    (rep,) = [r for r in dynamo.compiled_functions() if r.name == "_sgd_step"]
+    reasons = [reason for reason, _ in rep.breaks]
+    traced = not any("backward()" in r for r in reasons)
+    assert traced is not forward_breaks, reasons
+    if forward_breaks:
+        assert "autograd's engine runs its backward()" in dynamo.summary()
+
 def _logged(fn: Any) -> Any:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

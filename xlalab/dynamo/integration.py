@@ -12,6 +12,9 @@ C++ tensors are), and keep torch's tracing off the device's kernels:
 - AOTAutograd accepts an ``XlaTensor`` where it expects a plain tensor's gradient;
 - a compiled optimizer keeps its step counters on xla (``capturable``), as dynamo does on CUDA;
 - ``xs.mark_sharding`` in a compiled function is the op ``xla::dynamo_mark_sharding`` in the graph;
+- with ``torch._dynamo.config.trace_autograd_ops`` on, ``loss.backward()`` of a loss whose
+  autograd history began outside the graph breaks the graph, so that autograd's engine runs it
+  (dynamo would trace it as doing nothing);
 - the default backend (inductor), given xla tensors, says which backends compile for xla;
 - fake tensors on xla carry no real value (fake mode would compute on it below the Python key),
   and an op failing on them inside autograd's engine raises when the engine returns.
@@ -83,6 +86,7 @@ def install() -> None:
     _polyfills()
     _no_constants_on_xla()
     _fake_errors_kept_in_backward()
+    _no_backward_traced_as_nothing()
     _inductor_names_the_xla_backends()
     for name in _INFRASTRUCTURE:
         trace_rules.add(name)
@@ -129,6 +133,43 @@ def _inductor_names_the_xla_backends() -> None:
         return original(self, model_, inputs_)
 
     wrapper.__call__ = call  # type: ignore[method-assign,assignment]
+
+
+def _no_backward_traced_as_nothing() -> None:
+    """``loss.backward()`` traced into the graph (``trace_autograd_ops``) finds the leaves to give
+    gradients to among the tensors the graph knows. Torch 2.13 takes finding none to mean that
+    there are none, and traces the call as nothing. But a loss made before the graph began (a
+    graph break inside the forward, as a recurrent layer makes, leaves ``loss`` an input of the
+    frame that calls ``backward()``) has its leaves outside the graph: eager gives every
+    parameter its gradient there, the traced call gave none and the optimizer step did nothing.
+    Such a call breaks the graph instead, and autograd's engine runs it."""
+    import itertools
+
+    from torch._dynamo import config
+    from torch._dynamo.exc import unimplemented
+    from torch._dynamo.variables.tensor import TensorVariable
+
+    original = TensorVariable.method_backward
+
+    def method_backward(self: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
+        inputs = kwargs.get("inputs", args[3] if len(args) > 3 else None)
+        if config.trace_autograd_ops and inputs is None and self.has_grad_fn:
+            output = tx.output
+            known = itertools.chain(output.leaf_var_creation_order, output.input_source_to_var.values())
+            if not self._collect_backward_inputs(known):
+                unimplemented(
+                    gb_type="backward() of a loss made outside the graph",
+                    context=f"call_method {self} backward",
+                    explanation="The loss's autograd history began before this graph, so the leaves "
+                    "that get gradients are not among its tensors: autograd's engine runs backward().",
+                    hints=[
+                        "Compile the forward and the backward() call in one function without a graph "
+                        "break between them to trace them as one graph."
+                    ],
+                )
+        return original(self, tx, *args, **kwargs)
+
+    TensorVariable.method_backward = method_backward  # type: ignore[method-assign]
 
 
 def _fake_errors_kept_in_backward() -> None:

@@ -346,9 +346,15 @@ _BREAK_ADVICE = (
         "Unsupported Tensor.backward() call",
         "backward() runs between graphs, as dynamo does by default (the backward graph AOTAutograd "
         "made runs as one program). Dynamo's experimental torch._dynamo.config.trace_autograd_ops "
-        "= True traces it into the graph instead, but in torch 2.13 it silently skips the "
-        "backward of a loss made by an earlier graph (a graph break in the forward): check the "
-        "gradients if you turn it on",
+        "= True traces it into the graph instead, forward and backward one program, where the "
+        "step keeps `loss.detach()` rather than the loss itself; in torch 2.13 that tracing skips "
+        "hooks registered on parameters (p.register_hook): check the gradients if you turn it on",
+    ),
+    (
+        "backward() of a loss made outside the graph",
+        "the loss was made before this graph began (a graph break in the forward, which recurrent "
+        "layers make), so autograd's engine runs its backward(): trace_autograd_ops can only trace "
+        "a backward whose forward is in the same graph",
     ),
     (
         "Optimizer.zero_grad",
