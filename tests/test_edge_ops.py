@@ -894,3 +894,16 @@ def test_fractional_max_pool_with_given_samples(
     # where the sum is exact to the bit; XLA:GPU's scatter adds in its own order (as CUDA's does).
     exact = backend.platform() == "cpu"
     torch.testing.assert_close(grad_x.cpu(), want_grad, rtol=0 if exact else None, atol=0 if exact else None)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 4, 5])
+@pytest.mark.parametrize("fmt", [torch.channels_last, torch.channels_last_3d], ids=["2d", "3d"])
+@pytest.mark.parametrize("convert", ["float", "to"])
+def test_a_conversion_to_a_channels_last_format_of_another_rank_raises(
+    convert: str, fmt: torch.memory_format, rank: int, dev: torch.device
+) -> None:
+    # Eager refuses at the op; the format is otherwise no concern of xla (one layout).
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        return t.float(memory_format=fmt) if convert == "float" else t.to(torch.float64, memory_format=fmt)
+
+    _differential(fn, lambda: (torch.ones((2,) * rank),), dev)

@@ -555,6 +555,8 @@ def _negative_zero_sums(d: Any) -> dict[str, torch.Tensor]:
     v = torch.tensor([-0.0, -0.0], device=d)
     out = {f"{a} with {z}": add(make(d), v) for z, make in _ZEROS.items() for a, add in _ADDS.items()}
     one = torch.tensor([[-0.0, 1.0]], device=d).mT  # reductions over one element
+    out["0 + v"] = torch.add(0, v)  # the literal zero on the left
+    out["0 + 2v"] = torch.add(0, v, alpha=2)
     out |= {"sum": one.sum(1), "mean": one.mean(1), "nansum": one.nansum(1), "sum all": one[:1].sum()}
     out["complex sum"] = torch.view_as_real(torch.complex(one, -one).sum(1))
     # Eager's GEMM only scales the added term when nothing is summed: its -0.0 stays.
@@ -682,3 +684,45 @@ def test_the_abs_of_an_integer_minimum_stays_negative(dtype: torch.dtype) -> Non
 
     for want, got in zip(program(e), program(e.to(DEV))):
         assert torch.equal(got.cpu(), want), (want, got.cpu())
+
+
+def _gradient(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    def grad(x: torch.Tensor) -> torch.Tensor:
+        x = x.detach().requires_grad_()
+        (g,) = torch.autograd.grad(fn(x).sum(), x)
+        return g
+
+    return grad
+
+
+_HALF_OPMATH: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+    "silu": F.silu,
+    "hardswish gradient": _gradient(F.hardswish),
+    "hardsigmoid gradient": _gradient(F.hardsigmoid),
+    "silu gradient": _gradient(F.silu),
+    "mish gradient": _gradient(F.mish),
+    "x ** 0.5": lambda x: x**0.5,
+    "x ** -0.5": lambda x: x**-0.5,
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("op", sorted(_HALF_OPMATH))
+def test_half_activations_give_eagers_bits_on_every_value(op: str, dtype: torch.dtype) -> None:
+    # Every value of the type, infinities and NaNs included. Eager's kernels compute these in
+    # float and round once (hardswish's x * 6 overflowed float16 from 10923 when computed in
+    # it); silu's and mish's gradients are single kernels on the CPU that torch decomposes for
+    # other devices, rounding every step (silu's gradient near -1.28 came out half its size).
+    # Subnormal inputs are left out, and results below 2**-110, whose float intermediates (an
+    # exp(-88)) can be subnormal: XLA on the CPU flushes those to zero.
+    x = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype)
+    want, got = _HALF_OPMATH[op](x), _HALF_OPMATH[op](x.to(DEV)).cpu()
+    normal_input = (x.abs() >= torch.finfo(dtype).tiny) | (x == 0)
+    normal = normal_input & ((want.abs() >= 2**-110) | (want == 0) | want.isnan())
+    # mish's gradient takes tanh, exp and log1p, each an ulp from eager's in float: a few values
+    # that fall next to a half-way point round to the neighbouring half value.
+    ulps = 1 if op == "mish gradient" else 0
+    rtol = ulps * torch.finfo(dtype).eps
+    torch.testing.assert_close(got[normal], want[normal], rtol=rtol, atol=0, equal_nan=True)

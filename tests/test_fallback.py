@@ -84,3 +84,17 @@ def test_a_fallback_composite_that_takes_conjugate_views(dev: torch.device, fres
     torch.testing.assert_close(got.cpu(), torch.linalg.pinv(a))
     neg = torch.randn(3, 3, dtype=torch.complex64, generator=torch.Generator().manual_seed(1))
     torch.testing.assert_close(torch.linalg.pinv(neg.to(dev), hermitian=False).cpu(), torch.linalg.pinv(neg))
+
+
+def test_incomplete_gamma_runs_on_the_cpu_with_eagers_values(dev: torch.device, fresh_metrics: None) -> None:
+    # torch.special.gammainc/gammaincc (the Gamma, Chi2 and Poisson cdfs): JAX's drifts from a
+    # shape of about 300 up, goes negative for tiny shapes, and never returns in float64 at
+    # a = x = 1e16. Large and tiny shapes, the edges torch defines (0, infinities, NaN) and
+    # ordinary values all give eager's numbers.
+    a = torch.tensor([1e6, 1e10, 3.4e38, 1e-20, 1e-7, 0.5, 2.0, 0.0, float("inf"), float("nan")])
+    x = torch.tensor([1e6, 1e10, 3.4e38, 0.5, 0.5, 0.5, 3.0, 1.0, 1.0, 1.0])
+    for fn in (torch.special.gammainc, torch.special.gammaincc):
+        torch.testing.assert_close(fn(a.to(dev), x.to(dev)).cpu(), fn(a, x), rtol=0, atol=0, equal_nan=True)
+    big = torch.tensor([1e16], dtype=torch.float64)
+    torch.testing.assert_close(torch.special.gammainc(big.to(dev), big.to(dev)).cpu(), torch.special.gammainc(big, big))
+    assert counter("aten::igamma") == 2 and counter("aten::igammac") == 1

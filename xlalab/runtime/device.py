@@ -177,6 +177,13 @@ _FACTORIES = (
     aten.triu_indices.default,
 )
 _libs: list[Any] = []
+_WHOLE_BACKWARD_OPS = ("silu_backward", "mish_backward")
+
+
+def _decomposed(op: Any, *args: Any, **kwargs: Any) -> Any:
+    """Torch's decomposition of ``op``: for an xla tensor the Python key comes first and the
+    lowering runs, so this serves only a tensor that reaches the device's kernel directly."""
+    return op.decompose(*args, **kwargs)
 
 
 @functools.cache
@@ -212,6 +219,15 @@ def install() -> None:
     # Pinned host memory: once xla is torch's accelerator, ``pin_memory()`` (a DataLoader with
     # pin_memory=True) asks it for a pinned allocator. JAX copies from any host buffer, so a
     # pinned copy is a plain copy and nothing is ever pinned (this torch build has no CUDA).
+    # Backward ops that eager's CPU runs as one kernel in float opmath, but that torch
+    # decomposes for any other device (CompositeImplicitAutograd): for half types the pieces
+    # round every step (silu's gradient near its zero at -1.28 came out half its size). A kernel
+    # of the device's own keeps them whole, so they reach the lowering that computes as eager's
+    # kernel does. Autograd never differentiates them (their forwards' double backward takes
+    # another formula), so they need no derivative of their own.
+    for name in _WHOLE_BACKWARD_OPS:
+        op = getattr(aten, name).default
+        aten_lib.impl(name, functools.partial(_decomposed, op), "PrivateUse1")
     aten_lib.impl("_pin_memory", lambda t, device=None: t.clone(), "CPU")
     aten_lib.impl("is_pinned", lambda t, device=None: False, "CPU")
     _libs.extend([fallback_lib, aten_lib])

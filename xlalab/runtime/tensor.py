@@ -1056,12 +1056,25 @@ def _to_copy(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         out = to_cpu(src, "cpu")
         return out.to(dtype=dtype, device=device) if dtype != out.dtype or device != out.device else out
     target = src._st.device if device is None else (torch.device(device).index or 0)
+    _check_memory_format(src, kwargs.get("memory_format"))
     if dtype not in dtypes.TORCH_TO_JNP:
         raise RuntimeError(f"{src.dtype} to {dtype}: {dtypes.unsupported(dtype)}")
     metrics.count("xla::_to_copy")
     if target != src._st.device:
         return wrap(to_device_node(to_cpu(src, "to"), target, dtype))
     return wrap(convert(value(src), dtype))
+
+
+_RANK_OF_FORMAT = {torch.channels_last: 4, torch.channels_last_3d: 5}
+
+
+def _check_memory_format(src: Any, memory_format: Any) -> None:
+    """Eager's error for a conversion to a channels-last layout of another rank. (xla tensors
+    keep one layout, so the format has no other effect, as on torch_xla.)"""
+    rank = _RANK_OF_FORMAT.get(memory_format)
+    if rank is not None and src.dim() != rank:
+        name = "channels_last" if rank == 4 else "channels_last_3d"
+        raise RuntimeError(f"required rank {rank} tensor to use {name} format")
 
 
 def _local_scalar_dense(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

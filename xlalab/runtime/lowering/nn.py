@@ -20,7 +20,15 @@ import torch
 from jax import lax
 
 from xlalab.runtime.lowering import pooling
-from xlalab.runtime.lowering.elementwise import HALF, Scalar, compute_float, larger, safe_exp, smaller
+from xlalab.runtime.lowering.elementwise import (
+    HALF,
+    Scalar,
+    compute_float,
+    exact_divisor,
+    larger,
+    safe_exp,
+    smaller,
+)
 from xlalab.runtime.lowering.pooling import expand
 from xlalab.runtime.lowering.reductions import axes
 from xlalab.runtime.lowering.registry import lowering
@@ -883,25 +891,37 @@ def _softplus_backward(grad_output: Array, x: Array, beta: Scalar, threshold: Sc
     return jnp.where(xf * beta > threshold, g, g * z / (z + 1)).astype(grad_output.dtype)
 
 
+# The hard activations compute in float opmath for half types, as torch's kernels do, and
+# round once: in float16, hardswish's x * 6 overflows from x = 10923.
+
+
 @lowering(aten.hardsigmoid.default)
 def _hardsigmoid(x: Array) -> Array:
-    return jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6
+    xf = compute_float(x)
+    return (jnp.minimum(jnp.maximum(xf + 3, 0), 6) / 6).astype(x.dtype)
 
 
 @lowering(aten.hardsigmoid_backward.default)
 def _hardsigmoid_backward(grad_output: Array, x: Array) -> Array:
-    return jnp.where((x > -3) & (x < 3), grad_output / 6, jnp.zeros((), grad_output.dtype))
+    g = compute_float(grad_output)
+    return jnp.where((x > -3) & (x < 3), g / 6, jnp.zeros((), g.dtype)).astype(grad_output.dtype)
 
 
 @lowering(aten.hardswish.default)
 def _hardswish(x: Array) -> Array:
-    return x * jnp.minimum(jnp.maximum(x + 3, 0), 6) / 6
+    xf = compute_float(x)
+    return (xf * jnp.minimum(jnp.maximum(xf + 3, 0), 6) / 6).astype(x.dtype)
 
 
 @lowering(aten.hardswish_backward.default)
 def _hardswish_backward(grad_output: Array, x: Array) -> Array:
-    inner = jnp.where(x <= 3, grad_output * (x / 3 + 0.5), grad_output)
-    return jnp.where(x < -3, jnp.zeros((), grad_output.dtype), inner)
+    # torch's vectorized kernel: 0 up to -3 (included), the gradient itself from 3 on, the slope
+    # between (NaN included). x / 3 divides, where XLA would multiply by a rounded 1/3 and make
+    # the slope at -1.5 a tiny number instead of 0.
+    xf, g = compute_float(x), compute_float(grad_output)
+    slope = g * (xf / exact_divisor(3.0, xf) + 0.5)
+    inner = jnp.where(xf <= -3, jnp.zeros((), g.dtype), slope)
+    return jnp.where(xf >= 3, g, inner).astype(grad_output.dtype)
 
 
 @lowering(aten.log_sigmoid_forward.default)
