@@ -726,3 +726,48 @@ def test_half_activations_give_eagers_bits_on_every_value(op: str, dtype: torch.
     ulps = 1 if op == "mish gradient" else 0
     rtol = ulps * torch.finfo(dtype).eps
     torch.testing.assert_close(got[normal], want[normal], rtol=rtol, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_a_nan_with_its_sign_bit_set_ranks_above_every_number(dtype: torch.dtype) -> None:
+    # 0/0 and inf - inf make a NaN with the sign bit set on x86; XLA's order puts such a NaN
+    # below every number, torch's ranks every NaN highest.
+    a = torch.tensor([0.0, 1.0, 3.0, -1.0, 2.0], dtype=dtype)
+    b = torch.tensor([0.0, 1.0, 1.0, 1.0, 1.0], dtype=dtype)
+
+    def program(a: torch.Tensor, b: torch.Tensor) -> list[torch.Tensor]:
+        x = a / b
+        top, bottom = torch.topk(x, 2), torch.topk(x, 2, largest=False)
+        return [*top, *bottom, *torch.sort(x), *torch.sort(x, descending=True), x.argmax(), x.max()]
+
+    for want, got in zip(program(a, b), program(a.to(DEV), b.to(DEV)), strict=True):
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)
+
+
+_INT_AND_HALF = [
+    ([32767, 2049, -32768], torch.int16, [32768.0, 2048.0, 1.0], torch.float16),
+    ([2049, 4097, 3], torch.int32, [0.5, 0.5, 0.25], torch.float16),
+    ([257, 1001, 5], torch.int64, [256.0, 1000.0, 2.0], torch.bfloat16),
+    ([True, False, True], torch.bool, [0.5, 1.5, -2.0], torch.bfloat16),
+]
+_BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "eq": torch.eq, "lt": torch.lt, "add": torch.add, "sub": torch.sub, "mul": torch.mul,
+    "div": torch.div, "floor_divide": torch.floor_divide, "maximum": torch.maximum,
+    "where": lambda a, b: torch.where(a > 0, a, b),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("pair", range(len(_INT_AND_HALF)))
+@pytest.mark.parametrize("op", sorted(_BINARY))
+def test_an_integer_operand_of_a_half_op_is_rounded_to_the_half_type_first(op: str, pair: int) -> None:
+    # Eager casts every operand to the common dtype (float16) before its kernel widens them to
+    # float: int16 32767 becomes 32768 and equals a float16 32768, int32 2049 + 0.5 is 2048.5.
+    ints, int_dtype, halves, half_dtype = _INT_AND_HALF[pair]
+    i, h = torch.tensor(ints, dtype=int_dtype), torch.tensor(halves, dtype=half_dtype)
+    for x, y in ((i, h), (h, i)):
+        if int_dtype is torch.bool and op == "sub":
+            with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool tensor"):
+                torch.sub(x.to(DEV), y.to(DEV))  # refused as eager refuses it
+            continue
+        want, got = _BINARY[op](x, y), _BINARY[op](x.to(DEV), y.to(DEV)).cpu()
+        assert want.dtype == got.dtype and torch.equal(want, got), (x, y, want, got)

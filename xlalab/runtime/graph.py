@@ -298,8 +298,11 @@ def _scope_name(n: Node) -> str:
     return name
 
 
-def _promotion(n: Node) -> tuple[torch.dtype, tuple[int, ...], tuple[str, ...]] | None:
-    """For an elementwise op: torch's computation dtype and where its promoting arguments sit.
+def _promotion(
+    n: Node,
+) -> tuple[torch.dtype, tuple[int, ...], tuple[str, ...], torch.dtype | None] | None:
+    """For an elementwise op: torch's computation dtype, where its promoting arguments sit, and
+    the half type its integer operands pass through on the way (``promotion.half_common_dtype``).
 
     The lowering then receives those arguments already in that dtype (``_promoted``): the
     arithmetic happens in the type torch computes in, not only the result.
@@ -327,14 +330,19 @@ def _promotion(n: Node) -> tuple[torch.dtype, tuple[int, ...], tuple[str, ...]] 
     cd = promotion.compute_dtype(rule, operands)
     if cd is None:
         return None
-    return cd, rule.positions, rule.names
+    return cd, rule.positions, rule.names, promotion.half_common_dtype(cd, operands)
 
 
-def _promoted(v: Any, dtype: torch.dtype) -> Any:
+def _promoted(v: Any, dtype: torch.dtype, via: torch.dtype | None = None) -> Any:
     if v is None:
         return v
     if isinstance(v, (bool, int, float)):
         return promotion.python_number(v, dtype)
+    if via is not None and not jnp.issubdtype(v.dtype, jnp.inexact):
+        # An integer or bool operand of a half-type op becomes the half type first, as eager's
+        # iterator casts every operand to the common dtype before the kernel widens it to
+        # float: int16 32767 is 32768 in float16, and equal to a float16 32768.
+        v = _cast(v, via)
     return _cast(v, dtype)
 
 
@@ -392,13 +400,13 @@ def lower_node(instr: tuple[Any, ...], vals: list[Any]) -> Any:
     args = [_subst(a, vals) for a in tpl]
     kwargs = {k: _subst(v, vals) for k, v in ktpl}
     if promote is not None:
-        cd, positions, names = promote
+        cd, positions, names, via = promote
         for p in positions:
             if p < len(args):
-                args[p] = _promoted(args[p], cd)
+                args[p] = _promoted(args[p], cd, via)
         for name in names:
             if name in kwargs:
-                kwargs[name] = _promoted(kwargs[name], cd)
+                kwargs[name] = _promoted(kwargs[name], cd, via)
     if op in RESULT_DTYPE and outs is None:
         kwargs["result_dtype"] = to_jnp(dtype)
     rng = kwargs.pop("__rng__", None)

@@ -171,17 +171,16 @@ def _is_operand(arg: Any) -> bool:
     return "Tensor" in arg_type or "number" in arg_type
 
 
+def _meta_args(operands: list[Any]) -> list[Any]:
+    """Operands as ``elementwise_dtypes`` takes them: tensors on meta, numbers as they are."""
+    present = [a for a in operands if a is not None]
+    return [torch.empty(a[0], dtype=a[1], device="meta") if type(a) is tuple else a for a in present]
+
+
 def compute_dtype(rule_: Rule, operands: list[Any]) -> torch.dtype | None:
     """Torch's computation dtype for ``operands``: each a ``(shape, dtype)`` pair for a tensor,
     a Python number for a wrapped number, or None for an absent optional argument."""
-    args = []
-    for a in operands:
-        if a is None:
-            continue
-        if type(a) is tuple:
-            args.append(torch.empty(a[0], dtype=a[1], device="meta"))
-        else:
-            args.append(a)
+    args = _meta_args(operands)
     if not args:
         return None
     if rule_.kind is None:
@@ -192,6 +191,21 @@ def compute_dtype(rule_: Rule, operands: list[Any]) -> torch.dtype | None:
     except Exception:
         return None  # torch rejects the combination: the lowering (and eager) will say why
     return computation
+
+
+def half_common_dtype(computation: torch.dtype, operands: list[Any]) -> torch.dtype | None:
+    """The half type an op's tensors share when it computes in float32 as their opmath
+    (``int16 == float16`` compares in float32 after both became float16), else None."""
+    if computation is not torch.float32:
+        return None
+    args = _meta_args(operands)
+    if not any(isinstance(a, torch.Tensor) and a.dtype in HALF for a in args):
+        return None
+    try:
+        _, common = elementwise_dtypes(*args, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+    except Exception:
+        return None
+    return common if common in HALF else None
 
 
 _INTEGRAL = {

@@ -418,7 +418,10 @@ def _topk(x: Array, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
     dim = _dim(dim, x.ndim)
     moved = jnp.moveaxis(x, dim, -1)
     if largest:
-        _, order = lax.top_k(moved, k)
+        # XLA ranks a NaN with its sign bit set (0/0 and inf - inf make one on x86) below every
+        # number; torch ranks any NaN above them.
+        keys = jnp.where(jnp.isnan(moved), jnp.nan, moved) if jnp.issubdtype(x.dtype, jnp.floating) else moved
+        _, order = lax.top_k(keys, k)
     elif jnp.issubdtype(x.dtype, jnp.floating):
         # Smallest first, NaN last (torch orders NaN as the largest value): an ascending
         # sort, since negated keys would rank NaN first.
