@@ -771,3 +771,16 @@ def test_an_integer_operand_of_a_half_op_is_rounded_to_the_half_type_first(op: s
             continue
         want, got = _BINARY[op](x, y), _BINARY[op](x.to(DEV), y.to(DEV)).cpu()
         assert want.dtype == got.dtype and torch.equal(want, got), (x, y, want, got)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64])
+def test_gcd_and_lcm_of_a_type_minimum_end_with_eagers_values(dtype: torch.dtype) -> None:
+    # The minimum's absolute value is itself; JAX's gcd loop never ended on it (the process
+    # hung). torch's steps with C's remainder end: gcd(0, min) is min, gcd(5, min) is -1.
+    low, high = torch.iinfo(dtype).min, torch.iinfo(dtype).max
+    pairs = [(0, low), (5, low), (low, low), (low, 3), (low, 0), (low, 2), (-6, 4), (high - 1, 2), (-(high), 2)]
+    a = torch.tensor([p[0] for p in pairs], dtype=dtype)
+    b = torch.tensor([p[1] for p in pairs], dtype=dtype)
+    for fn in (torch.gcd, torch.lcm):
+        want, got = fn(a, b), fn(a.to(DEV), b.to(DEV)).cpu()
+        assert torch.equal(got, want), (fn.__name__, pairs, want, got)

@@ -932,12 +932,30 @@ for _op, _fn in _SPECIAL_UNARY.items():
 
 @lowering(aten.gcd.default)
 def _gcd(x: Array, other: Array) -> Array:
-    return jnp.gcd(x, other)
+    """torch's calc_gcd: Euclid's steps with C's remainder on the absolute values, which stop for
+    every pair. (JAX's loop never ended when an operand was its type's minimum, whose absolute
+    value is itself: gcd(0, int32 min) is int32 min in torch, gcd(5, int32 min) is -1.)"""
+    x, other = jnp.broadcast_arrays(x, other)
+    a, b = _abs(x), _abs(other)
+
+    def step(ab: tuple[Array, Array]) -> tuple[Array, Array]:
+        a, b = ab
+        going = a != 0
+        return jnp.where(going, lax.rem(b, jnp.where(going, a, 1)), a), jnp.where(going, a, b)
+
+    return lax.while_loop(lambda ab: jnp.any(ab[0] != 0), step, (a, b))[1]
 
 
 @lowering(aten.lcm.default)
 def _lcm(x: Array, other: Array) -> Array:
-    return jnp.lcm(x, other)
+    # torch's calc_lcm: |x / gcd * other|, the product wrapping as C's does: in int for the
+    # types narrower than it (C's promotion), then cut to the type.
+    g = _gcd(x, other)
+    dtype = g.dtype
+    wide = jnp.int32 if jnp.iinfo(dtype).bits < 32 else dtype
+    x, other, g = (v.astype(wide) for v in jnp.broadcast_arrays(x, other, g))
+    value = _abs(lax.div(x, jnp.where(g == 0, 1, g)) * other)
+    return jnp.where(g == 0, jnp.zeros((), wide), value).astype(dtype)
 
 
 @lowering(aten.nextafter.default)
