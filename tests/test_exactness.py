@@ -778,9 +778,27 @@ def test_gcd_and_lcm_of_a_type_minimum_end_with_eagers_values(dtype: torch.dtype
     # The minimum's absolute value is itself; JAX's gcd loop never ended on it (the process
     # hung). torch's steps with C's remainder end: gcd(0, min) is min, gcd(5, min) is -1.
     low, high = torch.iinfo(dtype).min, torch.iinfo(dtype).max
-    pairs = [(0, low), (5, low), (low, low), (low, 3), (low, 0), (low, 2), (-6, 4), (high - 1, 2), (-(high), 2)]
+    pairs = [(0, low), (5, low), (low, low), (low, 3), (low, 0), (low, 2), (-6, 4), (high - 1, 2), (-high, 2)]
     a = torch.tensor([p[0] for p in pairs], dtype=dtype)
     b = torch.tensor([p[1] for p in pairs], dtype=dtype)
     for fn in (torch.gcd, torch.lcm):
         want, got = fn(a, b), fn(a.to(DEV), b.to(DEV)).cpu()
         assert torch.equal(got, want), (fn.__name__, pairs, want, got)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_the_moments_of_a_constant_slice_are_exact(dtype: torch.dtype) -> None:
+    # Eager's are (float32's in double, layer norm's by Welford's updates): a std of exactly 0,
+    # a layer norm of exactly 0 (padding rows in a transformer), no overflow for 1e30s. A
+    # float32 mean of 768 copies of 0.1 is not 0.1, which left 1.5e-8 and inf instead.
+    # Data, not a torch.full on the device (whose broadcast XLA would see through).
+    def program(d: Any) -> list[torch.Tensor]:
+        rows = torch.full((2, 768), 0.1, dtype=dtype).to(d)
+        big = torch.full((100,), 1e30 if dtype is not torch.bfloat16 else 1e38, dtype=dtype).to(d)
+        out = [rows.std(1), rows.var(0), *torch.var_mean(rows, 1), *torch.std_mean(rows), big.var()]
+        if dtype is not torch.bfloat16:  # eager's bfloat16 layer norm of a constant row is not 0
+            out.append(F.layer_norm(torch.full((2, 8), 3.7, dtype=dtype).to(d), (8,)))
+        return out
+
+    for want, got in zip(program("cpu"), program(DEV), strict=True):
+        assert torch.equal(got.cpu(), want), (want, got.cpu())

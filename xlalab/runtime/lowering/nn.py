@@ -30,7 +30,7 @@ from xlalab.runtime.lowering.elementwise import (
     smaller,
 )
 from xlalab.runtime.lowering.pooling import expand
-from xlalab.runtime.lowering.reductions import axes
+from xlalab.runtime.lowering.reductions import axes, shifted_mean
 from xlalab.runtime.lowering.registry import lowering
 from xlalab.runtime.lowering.upsample import nearest
 
@@ -328,7 +328,7 @@ def _native_layer_norm(
 ) -> tuple[Array, Array, Array]:
     xf = compute_float(x)
     norm_axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
-    mean = jnp.mean(xf, axis=norm_axes, keepdims=True)
+    mean = shifted_mean(xf, norm_axes)  # a constant row normalizes to exactly 0, as in eager
     centered = xf - mean
     rstd = 1 / jnp.sqrt(jnp.mean(centered * centered, axis=norm_axes, keepdims=True) + eps)
     out = centered * rstd
