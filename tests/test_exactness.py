@@ -557,6 +557,7 @@ def _negative_zero_sums(d: Any) -> dict[str, torch.Tensor]:
     one = torch.tensor([[-0.0, 1.0]], device=d).mT  # reductions over one element
     out["0 + v"] = torch.add(0, v)  # the literal zero on the left
     out["0 + 2v"] = torch.add(0, v, alpha=2)
+    out["cumsum"] = torch.tensor([-0.0, -0.0], device=d).cumsum(0)
     out |= {"sum": one.sum(1), "mean": one.mean(1), "nansum": one.nansum(1), "sum all": one[:1].sum()}
     out["complex sum"] = torch.view_as_real(torch.complex(one, -one).sum(1))
     # Eager's GEMM only scales the added term when nothing is summed: its -0.0 stays.
@@ -802,3 +803,17 @@ def test_the_moments_of_a_constant_slice_are_exact(dtype: torch.dtype) -> None:
 
     for want, got in zip(program("cpu"), program(DEV), strict=True):
         assert torch.equal(got.cpu(), want), (want, got.cpu())
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8])
+def test_integer_powers_wrap_over_every_bit_of_the_exponent(dtype: torch.dtype) -> None:
+    # XLA's integer power read the exponent's low 6 bits: 2 ** 64 was 1 where C's products
+    # wrap to 0, and int16 3 ** 64 was 1.
+    low, high = torch.iinfo(dtype).min, torch.iinfo(dtype).max
+    bases = [b for b in (0, 1, -1, 2, -2, 3, -3, 7, low, high) if low <= b <= high]
+    exponents = [e for e in (0, 1, 2, 3, 7, 8, 15, 16, 31, 32, 63, 64, 65, 100, 127, 200, high) if e <= high]
+    b = torch.tensor([x for x in bases for _ in exponents], dtype=dtype)
+    e = torch.tensor([y for _ in bases for y in exponents], dtype=dtype)
+    for fn in (torch.pow, lambda b, e: 3**e):
+        want, got = fn(b, e), fn(b.to(DEV), e.to(DEV)).cpu()
+        assert torch.equal(got, want), (b[got != want], e[got != want], want[got != want], got[got != want])

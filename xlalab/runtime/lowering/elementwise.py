@@ -283,11 +283,22 @@ def _pow_scalar(x: Array, exponent: Scalar, result_dtype: Any = None) -> Array:
     return jnp.where(exponent == 0.5, jnp.sqrt(x), jnp.where(exponent == -0.5, lax.rsqrt(x), out))
 
 
+def _power_by_squaring(x: Array, exponent: Array) -> Array:
+    """``x ** exponent`` for integers with C's wrapping products, over every bit of the exponent
+    (XLA's integer power read only its low 6 bits: 2 ** 64 came out 1 where torch's is 0)."""
+    x, exponent = jnp.broadcast_arrays(x, exponent)
+    result, base = jnp.ones_like(x), x
+    for bit in range(jnp.iinfo(x.dtype).bits - (1 if jnp.issubdtype(x.dtype, jnp.signedinteger) else 0)):
+        result = jnp.where((exponent >> bit) & 1 == 1, result * base, result)
+        base = base * _wrapping_square_operand(base)
+    return result
+
+
 def _integer_pow(x: Array, exponent: Array) -> Array:
     """torch's integer pow: a negative exponent gives 0, except for bases 1 and -1."""
     dt = jnp.result_type(x, exponent)
     x, exponent = x.astype(dt), exponent.astype(dt)
-    positive = jnp.power(x, jnp.maximum(exponent, 0))
+    positive = _power_by_squaring(x, jnp.maximum(exponent, 0))
     one = jnp.ones((), dt)
     odd = (exponent % 2) != 0
     negative = jnp.where(x == 1, one, jnp.where(x == -1, jnp.where(odd, -one, one), jnp.zeros((), dt)))

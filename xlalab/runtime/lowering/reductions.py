@@ -296,7 +296,8 @@ def _norm_dim_dtype(x: Array, p: Scalar | None, dim: Dims, keepdim: bool, dtype:
 def _cumsum(x: Array, dim: int, dtype: torch.dtype | None = None) -> Array:
     x = _accumulate_as(x, dtype)
     # Half types accumulate in float32 (torch's opmath); the runtime rounds each partial sum once.
-    return x if x.ndim == 0 else jnp.cumsum(x, axis=dim)
+    # Eager's sums start from 0.0, so none is -0.0 (XLA's first partial sum is the element).
+    return plus_zero(x if x.ndim == 0 else jnp.cumsum(x, axis=dim))
 
 
 @lowering(aten.logcumsumexp.default)
