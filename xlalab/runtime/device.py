@@ -216,9 +216,6 @@ def install() -> None:
             _factory(op),
             "PrivateUse1",
         )
-    # Pinned host memory: once xla is torch's accelerator, ``pin_memory()`` (a DataLoader with
-    # pin_memory=True) asks it for a pinned allocator. JAX copies from any host buffer, so a
-    # pinned copy is a plain copy and nothing is ever pinned (this torch build has no CUDA).
     # Backward ops that eager's CPU runs as one kernel in float opmath, but that torch
     # decomposes for any other device (CompositeImplicitAutograd): for half types the pieces
     # round every step (silu's gradient near its zero at -1.28 came out half its size). A kernel
@@ -228,6 +225,9 @@ def install() -> None:
     for name in _WHOLE_BACKWARD_OPS:
         op = getattr(aten, name).default
         aten_lib.impl(name, functools.partial(_decomposed, op), "PrivateUse1")
+    # Pinned host memory: once xla is torch's accelerator, ``pin_memory()`` (a DataLoader with
+    # pin_memory=True) asks it for a pinned allocator. JAX copies from any host buffer, so a
+    # pinned copy is a plain copy and nothing is ever pinned (this torch build has no CUDA).
     aten_lib.impl("_pin_memory", lambda t, device=None: t.clone(), "CPU")
     aten_lib.impl("is_pinned", lambda t, device=None: False, "CPU")
     _libs.extend([fallback_lib, aten_lib])
