@@ -817,3 +817,25 @@ def test_integer_powers_wrap_over_every_bit_of_the_exponent(dtype: torch.dtype) 
     for fn in (torch.pow, lambda b, e: 3**e):
         want, got = fn(b, e), fn(b.to(DEV), e.to(DEV)).cpu()
         assert torch.equal(got, want), (b[got != want], e[got != want], want[got != want], got[got != want])
+
+
+_SEARCHES = [
+    ([0.0, 1.0, math.nan], [math.nan, 1.0, math.inf, -math.inf, 0.5, -0.0]),  # NaN sorts last
+    ([0.0, 1.0, 2.0, 3.0, 3.0, 5.0], [3.0, 3.5, -1.0, 10.0, 0.0]),
+    ([[0.0, 1.0, math.nan, math.nan], [1.0, 2.0, 3.0, 4.0]], [[math.nan, 1.0], [2.5, 9.0]]),
+    ([5.0, 1.0, 3.0], [2.0, 4.0]),  # not sorted: eager's steps, all the same
+    ([], [1.0, 2.0]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_SEARCHES)))
+@pytest.mark.parametrize("right", [False, True])
+def test_searchsorted_takes_eagers_steps_through_nans(case: int, right: bool) -> None:
+    # A NaN fails every comparison of torch's binary search and sends it right; JAX's search
+    # ordered NaN as the largest number ([0, 1, nan] put a NaN value at 2, eager at 3).
+    seq, values = (torch.tensor(t) for t in _SEARCHES[case])
+    want = torch.searchsorted(seq, values, right=right)
+    got = torch.searchsorted(seq.to(DEV), values.to(DEV), right=right).cpu()
+    assert torch.equal(got, want), (want, got)
+    if seq.ndim == 1:
+        assert torch.equal(torch.bucketize(values.to(DEV), seq.to(DEV), right=right).cpu(), want)

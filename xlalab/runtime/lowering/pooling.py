@@ -402,15 +402,26 @@ def _index_reduce(
 
 
 def _search(sorted_sequence: Array, values: Array, right: bool) -> Array:
-    side = "right" if right else "left"
-    if sorted_sequence.ndim == 1:
-        return jnp.searchsorted(sorted_sequence, values, side=side)
-    # Batched boundaries: one search per leading index.
-    lead = sorted_sequence.shape[:-1]
-    flat_seq = sorted_sequence.reshape(-1, sorted_sequence.shape[-1])
-    flat_val = values.reshape(-1, values.shape[-1])
-    out = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))(flat_seq, flat_val)
-    return out.reshape(*lead, values.shape[-1])
+    """torch's binary search, step for step: the lower bound moves past ``mid`` while
+    ``!(seq[mid] >= value)`` (``>`` for the right side). A NaN fails every comparison, so it
+    sends the search right, in the sequence and as a value, where JAX's search orders NaN as
+    the largest number ([0, 1, nan] puts a NaN at 3 in torch, at 2 in JAX)."""
+    n = sorted_sequence.shape[-1]
+    if n == 0 or values.size == 0:
+        return jnp.zeros(values.shape, jnp.int64)
+    seq = sorted_sequence if sorted_sequence.ndim > 1 else sorted_sequence[None]
+    vals = values.reshape(-1, values.shape[-1]) if sorted_sequence.ndim > 1 else values.reshape(1, -1)
+    seq = seq.reshape(-1, n)
+    start = jnp.zeros(vals.shape, jnp.int64)
+    end = jnp.full(vals.shape, n, jnp.int64)
+    for _ in range(n.bit_length()):
+        going = start < end
+        mid = start + ((end - start) >> 1)
+        at_mid = jnp.take_along_axis(seq, jnp.minimum(mid, n - 1), axis=-1)
+        past = ~(at_mid > vals) if right else ~(at_mid >= vals)
+        start = jnp.where(going & past, mid + 1, start)
+        end = jnp.where(going & ~past, mid, end)
+    return start.reshape(values.shape)
 
 
 @lowering(aten.searchsorted.Tensor)

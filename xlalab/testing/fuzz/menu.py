@@ -178,9 +178,11 @@ def binary(draw: Draw, env: list[Value]) -> Picked | None:
     return (a,), {"s": scalar, "swap": form == "rscalar"}
 
 
-def reduction(*, dims: bool = True, keepdim: bool = True) -> Callable[[Draw, list[Value]], Picked | None]:
+def reduction(
+    *, dims: bool = True, keepdim: bool = True, ok: Callable[[Value], bool] = lambda v: True
+) -> Callable[[Draw, list[Value]], Picked | None]:
     def draw_reduction(draw: Draw, env: list[Value]) -> Picked | None:
-        a = pick(draw, env, lambda v: True)
+        a = pick(draw, env, ok)
         if a is None:
             return None
         params: dict[str, Any] = {"dim": dim_of(draw, env[a])}
@@ -701,7 +703,13 @@ MENU: tuple[Op, ...] = (
     Op("sum", "torch.sum({a}, dim={dim}, keepdim={keepdim})", reduction()),
     Op("sum_all", "torch.sum({a})", unary()),
     Op("mean", "torch.mean({a}, dim={dim}, keepdim={keepdim})", reduction()),
-    Op("prod", "torch.prod({a}, dim={dim}, keepdim={keepdim})", reduction(dims=False)),
+    # prod's gradient at a NaN or an infinity is autograd's zero-safe formula for any tensor
+    # subclass, not eager's (docs/runtime.md, Known limits): not drawn on such values needing one.
+    Op(
+        "prod",
+        "torch.prod({a}, dim={dim}, keepdim={keepdim})",
+        reduction(dims=False, ok=lambda v: not (v.special and v.requires_grad)),
+    ),
     Op("amax", "torch.amax({a}, dim={dim}, keepdim={keepdim})", reduction(), exact=True),
     Op("amin", "torch.amin({a}, dim={dim}, keepdim={keepdim})", reduction(), exact=True),
     Op(
