@@ -839,3 +839,18 @@ def test_searchsorted_takes_eagers_steps_through_nans(case: int, right: bool) ->
     assert torch.equal(got, want), (want, got)
     if seq.ndim == 1:
         assert torch.equal(torch.bucketize(values.to(DEV), seq.to(DEV), right=right).cpu(), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_unsigned_numbers_past_int64_reach_the_program(dtype: torch.dtype) -> None:
+    # JAX reads a Python int as int64: a uint64 comparison with 2**64 - 1 failed to lower
+    # (OverflowError) where eager answers.
+    top = torch.iinfo(dtype).max
+    t = torch.tensor([top, 5, 0, top - 1], dtype=dtype)
+
+    def program(t: torch.Tensor) -> list[torch.Tensor]:
+        kept = torch.where(t == 5, t, top - 1)
+        return [t == top, t != top - 1, t == -1, kept, t.clone().fill_(top), t & top]
+
+    for want, got in zip(program(t), program(t.to(DEV)), strict=True):
+        assert want.dtype == got.dtype and torch.equal(got.cpu(), want), (want, got.cpu())

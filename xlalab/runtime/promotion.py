@@ -215,6 +215,9 @@ _INTEGRAL = {
     torch.int16: np.int16,
     torch.int32: np.int32,
     torch.int64: np.int64,
+    torch.uint16: np.uint16,
+    torch.uint32: np.uint32,
+    torch.uint64: np.uint64,
 }
 
 
@@ -230,7 +233,9 @@ def python_number(value: Any, dtype: torch.dtype) -> Any:
         return value
     if not -(2**63) <= value < 2**64:
         return value
-    return int(np.asarray(value, dtype=np.uint64 if value >= 2**63 else np.int64).astype(target))
+    cast = np.asarray(value, dtype=np.uint64 if value >= 2**63 else np.int64).astype(target)
+    # A uint64 number past int64's range stays a numpy scalar: JAX reads a Python int as int64.
+    return cast[()] if int(cast) >= 2**63 else int(cast)
 
 
 HALF = (torch.bfloat16, torch.float16)

@@ -87,6 +87,8 @@ def _eye_m(n: int, m: int, *, dtype: Any = None) -> Any:
 
 @lowering(aten.scalar_tensor.default)
 def _scalar_tensor(s: Any, *, dtype: Any = None) -> Any:
+    if type(s) is int and s >= 2**63:  # a uint64 number: JAX would read a Python int as int64
+        return jnp.asarray(np.asarray(s, np.uint64).astype(_dt(dtype, np.uint64)))
     return jnp.asarray(s)
 
 
