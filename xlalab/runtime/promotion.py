@@ -233,7 +233,7 @@ def python_number(value: Any, dtype: torch.dtype) -> Any:
         return value
     if not -(2**63) <= value < 2**64:
         return value
-    cast = np.asarray(value, dtype=np.uint64 if value >= 2**63 else np.int64).astype(target)
+    cast: np.ndarray = np.asarray(value, dtype=np.uint64 if value >= 2**63 else np.int64).astype(target)
     # A uint64 number past int64's range stays a numpy scalar: JAX reads a Python int as int64.
     return cast[()] if int(cast) >= 2**63 else int(cast)
 
