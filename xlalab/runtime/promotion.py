@@ -196,13 +196,14 @@ def compute_dtype(rule_: Rule, operands: list[Any]) -> torch.dtype | None:
 def half_common_dtype(computation: torch.dtype, operands: list[Any]) -> torch.dtype | None:
     """The half type an op's tensors share when it computes in float32 as their opmath
     (``int16 == float16`` compares in float32 after both became float16), else None."""
-    if computation is not torch.float32:
+    tensors = [a[1] for a in operands if type(a) is tuple]
+    if computation is not torch.float32 or not any(d in HALF for d in tensors):
         return None
-    args = _meta_args(operands)
-    if not any(isinstance(a, torch.Tensor) and a.dtype in HALF for a in args):
-        return None
+    if not any(not d.is_floating_point for d in tensors):
+        return None  # no integer or bool tensor to round on the way
     try:
-        _, common = elementwise_dtypes(*args, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+        kind = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
+        _, common = elementwise_dtypes(*_meta_args(operands), type_promotion_kind=kind)
     except Exception:
         return None
     return common if common in HALF else None

@@ -12,6 +12,7 @@ import torch
 from jax import lax
 
 from ..dtypes import to_jnp
+from ..promotion import python_number
 from .registry import lowering
 
 aten = torch.ops.aten
@@ -87,8 +88,8 @@ def _eye_m(n: int, m: int, *, dtype: Any = None) -> Any:
 
 @lowering(aten.scalar_tensor.default)
 def _scalar_tensor(s: Any, *, dtype: Any = None) -> Any:
-    if type(s) is int and s >= 2**63:  # a uint64 number: JAX would read a Python int as int64
-        return jnp.asarray(np.asarray(s, np.uint64).astype(_dt(dtype, np.uint64)))
+    if type(s) is int and s >= 2**63:  # a uint64 number, which JAX would read as int64
+        return jnp.asarray(python_number(s, torch.uint64)).astype(_dt(dtype, jnp.uint64))
     return jnp.asarray(s)
 
 
