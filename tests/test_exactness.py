@@ -854,3 +854,128 @@ def test_unsigned_numbers_past_int64_reach_the_program(dtype: torch.dtype) -> No
 
     for want, got in zip(program(t), program(t.to(DEV)), strict=True):
         assert want.dtype == got.dtype and torch.equal(got.cpu(), want), (want, got.cpu())
+
+
+def _same_bits(want: torch.Tensor, got: torch.Tensor) -> bool:
+    got = got.cpu()
+    if want.dtype != got.dtype or want.shape != got.shape:
+        return False
+    if not want.is_floating_point():
+        return torch.equal(want, got)
+    same_nan = torch.equal(want.isnan(), got.isnan())
+    same_sign = torch.equal(want.signbit(), got.signbit())
+    return same_nan and same_sign and torch.equal(want.nan_to_num(), got.nan_to_num())
+
+
+_ZERO_DIM_OPS: dict[str, Callable[[Any, Any], torch.Tensor]] = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "eq": torch.eq,
+    "lt": torch.lt, "maximum": torch.maximum, "atan2": torch.atan2,
+}  # fmt: skip
+_ZERO_DIM_TENSORS = {
+    "int32": torch.tensor([16777217, 3, -7], dtype=torch.int32),
+    "int64": torch.tensor([2**53 + 1, 3, -7]),
+    "bool": torch.tensor([True, False, True]),
+    "float16": torch.tensor([1.1, -2.3, 700.0], dtype=torch.float16),
+}
+_ZERO_DIMS = {
+    "float64": torch.tensor(1 / 3, dtype=torch.float64),
+    "float32": torch.tensor(0.1),
+    "bfloat16": torch.tensor(3.3, dtype=torch.bfloat16),
+    "int8": torch.tensor(-3, dtype=torch.int8),
+}
+
+
+@pytest.mark.parametrize("zero_dim", sorted(_ZERO_DIMS))
+@pytest.mark.parametrize("tensor", sorted(_ZERO_DIM_TENSORS))
+def test_a_0d_cpu_tensor_promotes_with_its_own_dtype(tensor: str, zero_dim: str) -> None:
+    # A 0-d CPU tensor is not a Python number: int32 * tensor(1/3, dtype=float64) computes in
+    # float64 (int32 * 0.333 in float32), and the result carries float64's digits.
+    t, s = _ZERO_DIM_TENSORS[tensor], _ZERO_DIMS[zero_dim]
+    ops = [op for name, op in sorted(_ZERO_DIM_OPS.items()) if not (name == "sub" and tensor == "bool")]
+
+    def program(t: torch.Tensor) -> list[torch.Tensor]:
+        return [op(t, s) for op in ops] + [op(s, t) for op in ops]
+
+    for want, got in zip(program(t), program(t.to(DEV)), strict=True):
+        assert _same_bits(want, got), (want, got.cpu())
+
+
+_HALF_WITH_INTEGERS: dict[str, Callable[[Any, Any], torch.Tensor]] = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "fmod": torch.fmod,
+    "remainder": torch.remainder, "eq": torch.eq, "lt": torch.lt,
+    "add_alpha": lambda a, b: torch.add(a, b, alpha=3),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("form", ["python int", "0-d int64", "0-d int16"])
+def test_an_integer_number_in_a_half_op_is_taken_as_eagers_kernel_takes_it(
+    dtype: torch.dtype, form: str
+) -> None:
+    # 2049 is not a float16 (nor 257 a bfloat16): float16 + 2049 adds 2048 in eager, whose
+    # kernel casts the number to the tensor's dtype first, while mul reads it whole (x * 2049);
+    # a 0-d tensor first in the call is cast by every kernel.
+    n = 2049 if dtype is torch.float16 else 257
+    x = torch.tensor([3.0, 1.0, 4.0 * n, -5.0, n + 1.0, 0.5], dtype=dtype)
+    forms = {"python int": n, "0-d int64": torch.tensor(n), "0-d int16": torch.tensor(n, dtype=torch.int16)}
+    number: Any = forms[form]
+
+    def program(x: torch.Tensor) -> list[torch.Tensor]:
+        out = [op(x, number) for _, op in sorted(_HALF_WITH_INTEGERS.items())]
+        if isinstance(number, torch.Tensor):
+            out += [op(number, x) for _, op in sorted(_HALF_WITH_INTEGERS.items())]
+            out += [torch.atan2(x, number), torch.atan2(number, x)]
+        return out
+
+    for want, got in zip(program(x), program(x.to(DEV)), strict=True):
+        assert _same_bits(want, got), (want, got.cpu())
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.int64, torch.uint8])
+def test_integer_powers_by_large_and_tensor_exponents_wrap_as_eagers(dtype: torch.dtype) -> None:
+    # An exponent of 2**40 once unrolled into 2**40 multiplies (the process ran out of memory);
+    # a 0-d tensor exponent is cast to the base's dtype (2**40 + 3 is 3 for int8) and a
+    # negative one gives 0, where a negative Python number is refused.
+    x = torch.tensor([3, 2, 1, 5], dtype=dtype)
+    exponents: list[Any] = [torch.tensor(2**40 + 3), torch.tensor(300, dtype=torch.int16), 100]
+    exponents.append(torch.tensor(-3, dtype=torch.int8))
+    if dtype is torch.int64:
+        exponents += [2**40 + 3, 300]
+
+    def program(x: torch.Tensor) -> list[torch.Tensor]:
+        return [torch.pow(x, e) for e in exponents]
+
+    for want, got in zip(program(x), program(x.to(DEV)), strict=True):
+        assert _same_bits(want, got), (want, got.cpu())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_division_by_a_number_a_0d_tensor_or_a_column_is_correctly_rounded(dtype: torch.dtype) -> None:
+    # XLA turns x / broadcast(s) into x * (1 / s): -7 / 3.0 in float32 came out an ulp off.
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(8, 64, generator=g) * 100).round().to(dtype)
+    x[0, :4] = torch.tensor([float("nan"), float("inf"), -0.0, 7.0])
+    column = torch.tensor([3.0, 7.0, 49.0, 0.0, -0.0, float("inf"), 3.3, 0.1]).to(dtype).reshape(8, 1)
+    row = torch.linspace(1, 13, 64).to(dtype)
+
+    def program(x: torch.Tensor) -> list[torch.Tensor]:
+        dev = x.device
+        return [
+            x / 3.0, x / 3, x / 49, x / torch.tensor(3.0), x / torch.tensor(-3, dtype=torch.int8),
+            x / column.to(dev), x / row.to(dev),
+            torch.div(x, 7, rounding_mode=None), x.clone().div_(3),
+            (x[1:].to(torch.int32) if dtype is torch.float32 else x) / 3,
+        ]  # fmt: skip
+
+    for want, got in zip(program(x), program(x.to(DEV)), strict=True):
+        assert _same_bits(want, got), (want, got.cpu())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_hypot_is_correctly_rounded_as_eagers(dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(4096, generator=g) * 10, torch.randn(4096, generator=g)
+    a[:4] = torch.tensor([float("inf"), float("nan"), 3e38, 0.0])
+    b[:4] = torch.tensor([float("nan"), float("-inf"), 3e38, -0.0])
+    a, b = a.to(dtype), b.to(dtype)
+    assert _same_bits(torch.hypot(a, b), torch.hypot(a.to(DEV), b.to(DEV)))

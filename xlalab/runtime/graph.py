@@ -252,12 +252,12 @@ def _scalar_casts(n: Node) -> tuple[tuple[int, torch.dtype | None], ...]:
     """The node's float scalar inputs (Python numbers: wrapped numbers, ``alpha``...), each with
     the half dtype it is rounded to first where eager's kernel sees it so (None: it goes to the
     computation dtype directly). Asked of eager once per op and argument layout."""
-    weak = [i for i, s in enumerate(n.src) if s.op is ir.SCALAR and s.dtype == torch.float64]
+    weak = [i for i, s in enumerate(n.src) if ir.is_float_scalar(s)]
     half = next((s.dtype for s in n.src if s.op is not ir.SCALAR and s.dtype in promotion.HALF), None)
     aten = isinstance(n.op, torch._ops.OpOverload) and n.op.namespace == "aten"  # no user op runs twice
     if not weak or half is None or not aten or len(n.arg or ()) != 2:
         return tuple((i, None) for i in weak)
-    key = (n.op, n.arg, tuple((s.op is ir.SCALAR, s.dtype, not s.shape) for s in n.src))
+    key = (n.op, n.arg, tuple((s.op is ir.SCALAR, s.arg is ir.ZERO_DIM, s.dtype, not s.shape) for s in n.src))
     seen = _SCALARS_SEEN_ROUNDED.get(key)
     if seen is None:
         seen = _SCALARS_SEEN_ROUNDED[key] = _ask_eager_about_scalars(n, weak, half)
@@ -276,7 +276,11 @@ def _ask_eager_about_scalars(n: Node, weak: list[int], half: torch.dtype) -> tup
     tpl, ktpl = n.arg
 
     def call(scalars: list[float], make: Callable[[Sequence[int], torch.dtype], torch.Tensor]) -> Any:
-        given = dict(zip(weak, scalars))
+        # A 0-d CPU tensor is asked about as one: its dtype decides the promotion.
+        given = {
+            i: torch.tensor(v, dtype=n.src[i].dtype) if n.src[i].arg is ir.ZERO_DIM else v
+            for i, v in zip(weak, scalars)
+        }
         shapes = [_PROBE_SHAPE if s.shape else () for s in n.src]
         vals = [
             given[i] if i in given else 1 if s.op is ir.SCALAR else make(shapes[i], s.dtype or half)
@@ -298,11 +302,16 @@ def _scope_name(n: Node) -> str:
     return name
 
 
-def _promotion(
-    n: Node,
-) -> tuple[torch.dtype, tuple[int, ...], tuple[str, ...], torch.dtype | None] | None:
-    """For an elementwise op: torch's computation dtype, where its promoting arguments sit, and
-    the half type its integer operands pass through on the way (``promotion.half_common_dtype``).
+Promotion = tuple[
+    torch.dtype, tuple[int, ...], tuple[str, ...], torch.dtype | None, torch.dtype | None, frozenset[Any]
+]
+
+
+def _promotion(n: Node) -> Promotion | None:
+    """For an elementwise op: torch's computation dtype, where its promoting arguments sit, the
+    half type its integer operands pass through on the way (``promotion.half_common_dtype``),
+    and the positions (or names) of integer numbers that eager's kernel sees rounded to the
+    half type their tensors share (``_integers_seen_rounded``).
 
     The lowering then receives those arguments already in that dtype (``_promoted``): the
     arithmetic happens in the type torch computes in, not only the result.
@@ -319,10 +328,12 @@ def _promotion(
         a = tpl[p] if p < len(tpl) else kwargs.get(name)
         if type(a) is ir.Slot:
             s = n.src[a.i]
-            # Scalar inputs are Python floats (wrapped numbers): they promote as numbers do.
-            operands.append(1.0 if s.op is ir.SCALAR else (s.shape, s.dtype))
+            # Scalar inputs are Python floats, which promote as numbers do, or 0-d CPU tensors.
+            number = s.op is ir.SCALAR and s.arg is not ir.ZERO_DIM
+            operands.append(1.0 if number else (s.shape, s.dtype))
         elif type(a) is ir.Const:
-            operands.append(a.value)
+            # A baked 0-d CPU tensor (an integer or bool one) promotes as a 0-d tensor.
+            operands.append(a.value if a.dtype is None else ((), a.dtype))
         elif a is None or isinstance(a, (bool, int, float)):
             operands.append(a)
         else:
@@ -330,13 +341,70 @@ def _promotion(
     cd = promotion.compute_dtype(rule, operands)
     if cd is None:
         return None
-    return cd, rule.positions, rule.names, promotion.half_common_dtype(cd, operands)
+    half = promotion.half_type(cd, operands)
+    via = promotion.half_common_dtype(cd, operands)
+    return cd, rule.positions, rule.names, via, half, _integers_seen_rounded(n, rule, half)
+
+
+def _integers_seen_rounded(n: Node, rule: promotion.Rule, half: torch.dtype | None) -> frozenset[Any]:
+    """The positions (or names) of the integer numbers (Python ints, 0-d integer CPU tensors) of a
+    half-type op that eager's kernel rounds to the half type before computing in float32
+    (``float16 + 2049`` adds 2048), where that rounding changes them. Kernels differ as for
+    float numbers (``_scalar_casts``); eager is asked once per op, layout and number."""
+    if half is None:
+        return frozenset()
+    tpl, ktpl = n.arg
+    kwargs = dict(ktpl)
+    spots: list[Any] = []
+    for p, name in zip(rule.positions, rule.names):
+        a = tpl[p] if p < len(tpl) else kwargs.get(name, _ABSENT)
+        value = a.value if type(a) is ir.Const else a
+        if type(value) is int and promotion.half_rounding(value, half) != value:
+            spots.append(p if p < len(tpl) else name)
+    if not spots:
+        return frozenset()
+    key = (n.op, n.arg, tuple((s.op is ir.SCALAR, s.dtype, not s.shape) for s in n.src), half)
+    seen = _INTEGERS_SEEN_ROUNDED.get(key)
+    if seen is None:
+        seen = _INTEGERS_SEEN_ROUNDED[key] = frozenset(
+            spot for spot, r in zip(spots, _ask_eager_about_integers(n, spots, half)) if r
+        )
+    return seen
+
+
+_ABSENT = object()
+_INTEGERS_SEEN_ROUNDED: dict[Any, frozenset[Any]] = {}
+
+
+def _ask_eager_about_integers(n: Node, spots: list[Any], half: torch.dtype) -> tuple[bool, ...]:
+    """``scalars_seen_rounded`` for integer numbers: the probe's float numbers take their places
+    (a 0-d CPU tensor's place as a 0-d float32 tensor, which promotes with the half tensors as
+    the integer one does)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    tpl, ktpl = n.arg
+
+    def call(scalars: list[float], make: Callable[[Sequence[int], torch.dtype], torch.Tensor]) -> Any:
+        shapes = [_PROBE_SHAPE if s.shape else () for s in n.src]
+        vals = [1 if s.op is ir.SCALAR else make(shapes[i], s.dtype or half) for i, s in enumerate(n.src)]
+        args = [_subst(a, vals) for a in tpl]
+        kwargs = {k: _subst(v, vals) for k, v in ktpl}
+        for spot, v in zip(spots, scalars):
+            target: Any = args if type(spot) is int else kwargs
+            was = tpl[spot] if type(spot) is int else dict(ktpl)[spot]
+            target[spot] = torch.tensor(v, dtype=torch.float32) if type(was) is ir.Const else v
+        return n.op(*args, **kwargs)
+
+    with _disable_current_modes(), torch.no_grad():
+        return promotion.scalars_seen_rounded(call, len(spots), half)
 
 
 def _promoted(v: Any, dtype: torch.dtype, via: torch.dtype | None = None) -> Any:
     if v is None:
         return v
     if isinstance(v, (bool, int, float)):
+        if via is not None and type(v) is int:
+            return promotion.half_rounding(v, via)  # an integer number eager rounds (see above)
         return promotion.python_number(v, dtype)
     if via is not None and not jnp.issubdtype(v.dtype, jnp.inexact):
         # An integer or bool operand of a half-type op becomes the half type first, as eager's
@@ -344,6 +412,16 @@ def _promoted(v: Any, dtype: torch.dtype, via: torch.dtype | None = None) -> Any
         # float: int16 32767 is 32768 in float16, and equal to a float16 32768.
         v = _cast(v, via)
     return _cast(v, dtype)
+
+
+def _rounded_via(
+    a: Any, spot: Any, via: torch.dtype | None, half: torch.dtype | None, rounded: frozenset[Any]
+) -> torch.dtype | None:
+    """The half type an argument passes through: integer tensors always take the op's half
+    common dtype, integer numbers only where eager's kernel rounds them (``rounded``)."""
+    if type(a) is int:
+        return half if spot in rounded else None
+    return via
 
 
 def _compute_dtype(out: torch.dtype | None, operands: list[torch.dtype | None]) -> torch.dtype:
@@ -400,13 +478,15 @@ def lower_node(instr: tuple[Any, ...], vals: list[Any]) -> Any:
     args = [_subst(a, vals) for a in tpl]
     kwargs = {k: _subst(v, vals) for k, v in ktpl}
     if promote is not None:
-        cd, positions, names, via = promote
+        cd, positions, names, via, half, rounded = promote
         for p in positions:
             if p < len(args):
-                args[p] = _promoted(args[p], cd, via)
+                a = args[p]
+                args[p] = _promoted(a, cd, _rounded_via(a, p, via, half, rounded))
         for name in names:
             if name in kwargs:
-                kwargs[name] = _promoted(kwargs[name], cd, via)
+                a = kwargs[name]
+                kwargs[name] = _promoted(a, cd, _rounded_via(a, name, via, half, rounded))
     if op in RESULT_DTYPE and outs is None:
         kwargs["result_dtype"] = to_jnp(dtype)
     rng = kwargs.pop("__rng__", None)

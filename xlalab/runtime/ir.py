@@ -241,6 +241,29 @@ def scalar(value: float, device: int, dtype: torch.dtype = torch.float64) -> Nod
 
 _SCALAR_IDS: dict[torch.dtype, tuple[int, int]] = {}
 
+# ``arg`` of a scalar input that stands for a 0-d CPU tensor: unlike a Python number it takes
+# part in type promotion with its own dtype (``int32 * tensor(0.1, dtype=float64)`` computes in
+# float64, ``int32 * 0.1`` in float32).
+ZERO_DIM = "0-d tensor"
+
+
+def zero_dim_scalar(value: float, device: int, dtype: torch.dtype) -> Node:
+    """A scalar graph input standing for a 0-d CPU tensor of ``dtype`` (see ``ZERO_DIM``)."""
+    ids = _ZERO_DIM_IDS.get(dtype)
+    if ids is None:
+        ids = _ZERO_DIM_IDS[dtype] = _leaf_ids(SCALAR + "[0-d]", (), dtype)
+    n = _leaf(SCALAR, value, (), dtype, device, ids)
+    n.arg = ZERO_DIM
+    return n
+
+
+_ZERO_DIM_IDS: dict[torch.dtype, tuple[int, int]] = {}
+
+
+def is_float_scalar(n: Node) -> bool:
+    """A float scalar input: a Python number (float64) or a 0-d floating CPU tensor."""
+    return n.op is SCALAR and (n.arg is ZERO_DIM or n.dtype is torch.float64)
+
 
 def item(multi: Node, i: int) -> Node:
     shape, dtype = multi.outs[i]  # type: ignore[index]

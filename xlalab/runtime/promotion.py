@@ -193,20 +193,36 @@ def compute_dtype(rule_: Rule, operands: list[Any]) -> torch.dtype | None:
     return computation
 
 
-def half_common_dtype(computation: torch.dtype, operands: list[Any]) -> torch.dtype | None:
-    """The half type an op's tensors share when it computes in float32 as their opmath
-    (``int16 == float16`` compares in float32 after both became float16), else None."""
+def half_type(computation: torch.dtype, operands: list[Any]) -> torch.dtype | None:
+    """The half type an op's tensors share when it computes in float32 as their opmath, else
+    None."""
     tensors = [a[1] for a in operands if type(a) is tuple]
     if computation is not torch.float32 or not any(d in HALF for d in tensors):
         return None
-    if not any(not d.is_floating_point for d in tensors):
-        return None  # no integer or bool tensor to round on the way
     try:
         kind = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
         _, common = elementwise_dtypes(*_meta_args(operands), type_promotion_kind=kind)
     except Exception:
         return None
     return common if common in HALF else None
+
+
+def half_common_dtype(computation: torch.dtype, operands: list[Any]) -> torch.dtype | None:
+    """The half type an op's integer and bool tensors become before they widen to float32
+    (``int16 == float16`` compares in float32 after both became float16), else None."""
+    if not any(type(a) is tuple and not a[1].is_floating_point for a in operands):
+        return None  # no integer or bool tensor to round on the way
+    return half_type(computation, operands)
+
+
+def half_rounding(value: int, half: torch.dtype) -> float | int:
+    """An integer as eager's C cast makes it a half-type number (through float32, as c10's
+    half types convert), returned as a float (the integer itself where it is exact)."""
+    if not -(2**63) <= value < 2**63:
+        rounded = float(torch.tensor(float(np.float32(value))).to(half))
+    else:
+        rounded = float(torch.tensor(value, dtype=torch.int64).to(half))
+    return value if rounded == value else rounded
 
 
 _INTEGRAL = {

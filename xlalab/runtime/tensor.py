@@ -410,11 +410,11 @@ class _Args:
 
     def cpu_tensor(self, t: torch.Tensor) -> Any:
         if t.dim() == 0 and t.device.type == "cpu":
-            # A wrapped Python number or a 0-d CPU tensor: floats become graph inputs
-            # (so they never recompile), integers and bools are baked in.
+            # A 0-d CPU tensor: floats become graph inputs (so they never recompile) that
+            # promote as 0-d tensors of their dtype; integers and bools are baked in.
             if t.dtype.is_floating_point:
                 self.sig.append((t.dtype, t.dim()))
-                return self.add(ir.scalar(t.item(), 0))
+                return self.add(ir.zero_dim_scalar(t.item(), 0, t.dtype))
             const = ir.Const(t.item(), t.dtype)
             self.sig.append(const)
             return const

@@ -147,7 +147,7 @@ def _mul(x: Array, other: Array | Scalar) -> Array:
 @lowering(aten.div.Tensor, aten.div.Scalar)
 def _div(x: Array, other: Array | Scalar) -> Array:
     # torch's "/" is true division even for integer tensors.
-    return jnp.true_divide(x, other)
+    return jnp.true_divide(x, exact_divisor(other, x))
 
 
 def rounded_to(dtype: Any) -> Callable[[Array], Array]:
@@ -177,14 +177,21 @@ def rounded_to(dtype: Any) -> Callable[[Array], Array]:
 
 
 def exact_divisor(divisor: Array | Scalar, dividend: Array | Scalar) -> Array | Scalar:
-    """The divisor as an array of the quotient's shape that XLA cannot see through. XLA turns a
-    division by a broadcast into a multiplication by its reciprocal, one ulp off eager's
-    quotient on about a fifth of the elements: harmless in ``x / s``, a whole unit where the
-    quotient is then truncated or floored (81 / 2.7 truncates to 29)."""
+    """The divisor as an array of the quotient's shape that XLA does not see as a broadcast.
+
+    XLA turns a division by a broadcast (a number, a 0-d tensor, a column) into a multiplication
+    by its reciprocal, one ulp off eager's quotient on about a fifth of the elements (-7 / 3.0 in
+    float32), and a whole unit where the quotient is then truncated or floored (81 / 2.7
+    truncates to 29). A select on the dividend's NaNs (where the quotient is NaN either way)
+    makes the divisor an elementwise value, which still fuses with the division."""
     shape = jnp.broadcast_shapes(jnp.shape(dividend), jnp.shape(divisor))
     if jnp.shape(divisor) == shape:
         return divisor
-    return lax.optimization_barrier(jnp.broadcast_to(jnp.asarray(divisor), shape))
+    dt = jnp.result_type(dividend, divisor)
+    if isinstance(dividend, jax.Array) and jnp.issubdtype(dividend.dtype, jnp.inexact):
+        nan = jnp.isnan(jnp.broadcast_to(dividend, shape))
+        return jnp.where(nan, jnp.asarray(jnp.nan, dt), jnp.asarray(divisor, dt))
+    return lax.optimization_barrier(jnp.broadcast_to(jnp.asarray(divisor, dt), shape))
 
 
 def _division_steps(other: Array | Scalar, result_dtype: Any) -> Callable[[Array], Array]:
@@ -196,7 +203,7 @@ def _div_mode(
     x: Array, other: Array | Scalar, rounding_mode: str | None = None, result_dtype: Any = None
 ) -> Array:
     if rounding_mode is None:
-        return jnp.true_divide(x, other)
+        return _div(x, other)
     if rounding_mode == "floor":
         refuse_bool("div(rounding_mode='floor')", x, other)
         return _floor_div(x, other, result_dtype)
@@ -250,7 +257,16 @@ def _fmod(x: Array, other: Array | Scalar) -> Array:
     return jnp.fmod(x, other)
 
 
-@lowering(aten.pow.Tensor_Tensor, aten.pow.Scalar)
+@lowering(aten.pow.Tensor_Tensor)
+def _pow_tensors(x: Array, exponent: Array | Scalar) -> Array:
+    # An exponent that is a number here is a 0-d CPU tensor baked into the program: a tensor
+    # exponent, so a negative one gives 0 (no error) and an integer one wraps in x's dtype.
+    if isinstance(exponent, _PY_NUMBER) and isinstance(x, jax.Array) and is_integral(x, exponent):
+        exponent = jnp.asarray(exponent, x.dtype)
+    return _pow(x, exponent)
+
+
+@lowering(aten.pow.Scalar)
 def _pow(x: Array | Scalar, exponent: Array | Scalar) -> Array:
     if isinstance(exponent, int) and exponent < 0 and is_integral(x) and not isinstance(x, _PY_NUMBER):
         # eager checks the Scalar exponent's value before computing
@@ -259,6 +275,8 @@ def _pow(x: Array | Scalar, exponent: Array | Scalar) -> Array:
         x = x.astype(jnp.int64)  # torch computes bool powers in the promoted (integer) type
     if type(exponent) is int and exponent >= 0 and not isinstance(x, _PY_NUMBER):
         if jnp.issubdtype(x.dtype, jnp.integer) and exponent > 1:  # wrapping squares: see above
+            if exponent > _MULTIPLIES_UP_TO:  # one multiply per exponent bit, not per unit
+                return _power_by_squaring(x, jnp.asarray(exponent, x.dtype))
             factor, out = _wrapping_square_operand(x), x
             for _ in range(exponent - 1):
                 out = out * factor
@@ -281,6 +299,11 @@ def _pow_scalar(x: Array, exponent: Scalar, result_dtype: Any = None) -> Array:
     if result_dtype == jnp.float16:
         return out
     return jnp.where(exponent == 0.5, jnp.sqrt(x), jnp.where(exponent == -0.5, lax.rsqrt(x), out))
+
+
+# Integer powers by a number up to this are unrolled multiplies; larger ones go by squaring
+# (same wrapping products either way).
+_MULTIPLIES_UP_TO = 8
 
 
 def _power_by_squaring(x: Array, exponent: Array) -> Array:
@@ -754,6 +777,15 @@ def _atan2(x: Array, other: Array) -> Array:
 
 @lowering(aten.hypot.default)
 def _hypot(x: Array, other: Array) -> Array:
+    # Eager's hypot is correctly rounded; XLA's scaled formula is an ulp off on a third of
+    # float32 values. Squares of float32 numbers are exact in float64, so the sum and root
+    # there round to eager's float32 (and half-type) results. (Float64 keeps XLA's formula.)
+    dt = jnp.result_type(x, other)
+    if dt in (jnp.float32, jnp.float16, jnp.bfloat16):
+        wide_x, wide_y = jnp.asarray(x, jnp.float64), jnp.asarray(other, jnp.float64)
+        root = jnp.sqrt(wide_x * wide_x + wide_y * wide_y).astype(dt)
+        infinite = jnp.isinf(wide_x) | jnp.isinf(wide_y)  # inf even beside a NaN
+        return jnp.where(infinite, jnp.asarray(jnp.inf, dt), root)
     return jnp.hypot(x, other)
 
 
