@@ -196,3 +196,21 @@ def test_complex_views_read_and_write_as_in_eager(dev: torch.device) -> None:
 
     for want, got in zip(run("cpu"), run(dev)):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_write_through_data_is_unseen_by_autograd() -> None:
+    # ``.data`` has a version counter of its own: weight clipping or an old-style update through
+    # it between forward and backward is eager's business, not an in-place error.
+    results = {}
+    for device in ("cpu", "xla"):
+        w = torch.ones(3, device=device, requires_grad=True)
+        loss = (w * w).sum()
+        w.data.mul_(2)
+        loss.backward()
+        _, second, _ = torch.arange(3.0, device=device, requires_grad=True).split(1)
+        second.data.fill_(5)
+        assert w._version == 0
+        assert w.grad is not None
+        results[device] = (w.grad.cpu(), w.detach().cpu(), (second * 2).sum().detach().cpu())
+    for want, got in zip(results["cpu"], results["xla"], strict=True):
+        assert torch.equal(want, got), (want, got)

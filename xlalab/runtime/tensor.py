@@ -132,8 +132,9 @@ class XlaTensor(torch.Tensor):
     # ---- aliasing: ``.data`` shares the storage; assigning it re-points this tensor
     @property  # type: ignore[override]
     def data(self) -> torch.Tensor:
-        with torch.no_grad():
-            return self.detach()
+        # torch's own getter: a detached alias with a version counter of its own, so that a
+        # write through ``.data`` stays unseen by autograd (``detach()`` shares the counter).
+        return torch._C.TensorBase.data.__get__(self)  # type: ignore[attr-defined]
 
     @data.setter
     def data(self, other: torch.Tensor) -> None:
