@@ -924,3 +924,19 @@ def test_a_cpu_parameter_meeting_an_xla_input_is_named(dev: torch.device) -> Non
     assert "the CPU tensor `up.weight` (shape [3, 4, 3, 3])" in str(err.value)
     assert f"test_dynamo.py:{line}" in str(err.value)
     assert "Move it to the xla device" in str(err.value)
+
+
+def test_a_random_op_in_a_checkpointed_layer_is_refused_with_what_works() -> None:
+    import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
+
+    def step(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        h = checkpoint(lambda a, w: F.dropout(a * w, 0.5, training=True), a, w, use_reentrant=False)
+        (h * h).sum().backward()
+        return h.detach()
+
+    dev = torch.device("xla")
+    a, w = torch.randn(8).to(dev), torch.ones(8, device=dev, requires_grad=True)
+    refused = r"inside torch\.utils\.checkpoint cannot be compiled.*Run the step lazily"
+    with pytest.raises(Exception, match=refused):
+        torch.compile(step, backend="xlalab")(a, w)

@@ -415,3 +415,21 @@ def test_torch_func_linearize_and_make_fx_trace_xla_ops(dev: torch.device) -> No
     targets = {str(n.target) for n in traced.graph.nodes if n.op == "call_function"}
     assert {"aten.sin.default", "aten.sum.default", "aten.mul.Tensor"} <= targets
     assert not [t for t in targets if "empty" in t or "full" in t]  # not the runtime's own helpers
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_recomputes_dropout_with_the_same_mask(reentrant: bool) -> None:
+    # torch.utils.checkpoint restores the device's RNG state before recomputing, as HF's
+    # gradient_checkpointing_enable() relies on: with another mask, the gradient belongs to
+    # another forward. With w = 1 the gradient of sum(h^2) is 2 h^2, whatever the mask.
+    import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    a = torch.randn(64).to("xla")
+    w = torch.ones(64, device="xla", requires_grad=True)
+    h = checkpoint(lambda a, w: F.dropout(a * w, 0.5, training=True), a, w, use_reentrant=reentrant)
+    (h * h).sum().backward()
+    assert w.grad is not None
+    torch.testing.assert_close(w.grad.cpu(), (2 * h * h).detach().cpu())
+    assert (h.detach().cpu() == 0).any()  # dropout did drop

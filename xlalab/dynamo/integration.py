@@ -16,6 +16,7 @@ C++ tensors are), and keep torch's tracing off the device's kernels:
   autograd history began outside the graph breaks the graph, so that autograd's engine runs it
   (dynamo would trace it as doing nothing);
 - the default backend (inductor), given xla tensors, says which backends compile for xla;
+- a random op inside ``torch.utils.checkpoint`` is refused with what to do instead;
 - fake tensors on xla carry no real value (fake mode would compute on it below the Python key),
   and an op failing on them inside autograd's engine raises when the engine returns.
 
@@ -88,6 +89,7 @@ def install() -> None:
     _fake_errors_kept_in_backward()
     _no_backward_traced_as_nothing()
     _inductor_names_the_xla_backends()
+    _checkpointed_random_ops_refused()
     for name in _INFRASTRUCTURE:
         trace_rules.add(name)
     _skip_generated_methods()
@@ -114,6 +116,27 @@ def _skip_generated_methods() -> None:
                 code = getattr(getattr(member, "__func__", member), "__code__", None)
                 if code is not None and not code.co_filename.endswith(".py"):
                     skip_code(code)
+
+
+def _checkpointed_random_ops_refused() -> None:
+    """A random op inside ``torch.utils.checkpoint`` in a compiled function becomes AOTAutograd's
+    ``run_and_save_rng_state`` / ``run_with_rng_state``, whose saved state would have to carry
+    the device's draws from the forward program to the backward one. xlalab does not carry it:
+    say so, and what works, instead of torch's missing-rule error."""
+    from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
+
+    from xlalab.runtime.tensor import XlaTensor
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            "xlalab: a random op (dropout...) inside torch.utils.checkpoint cannot be compiled "
+            "for xla yet: its recomputation in backward must draw the forward's numbers. Run the "
+            "step lazily (without torch.compile; checkpointing there recomputes with the same "
+            "mask), or turn dropout off in the checkpointed layers (e.g. a config's dropout=0.0)"
+        )
+
+    for hop in (run_and_save_rng_state, run_with_rng_state):
+        hop.py_impl(XlaTensor)(refuse)
 
 
 def _inductor_names_the_xla_backends() -> None:

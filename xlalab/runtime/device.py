@@ -10,6 +10,7 @@ factories and ``.to("xla")`` start with. Everything after that reaches
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -40,6 +41,15 @@ class _Guard(torch._C._acc.DeviceGuard):  # type: ignore[misc]
 
 class _DeviceModule:
     """What ``torch.xla`` / ``torch._register_device_module`` expects."""
+
+    # torch.utils.checkpoint saves and restores a device's RNG state only for an initialized
+    # device module: without it a recomputed dropout drew a new mask (gradients of another one).
+    _initialized = True
+
+    @staticmethod
+    def device(device: Any) -> contextlib.AbstractContextManager[None]:
+        """The context that makes ``device`` current (one current device: nothing to switch)."""
+        return contextlib.nullcontext()
 
     @staticmethod
     def is_available() -> bool:
