@@ -214,3 +214,17 @@ def test_a_write_through_data_is_unseen_by_autograd() -> None:
         results[device] = (w.grad.cpu(), w.detach().cpu(), (second * 2).sum().detach().cpu())
     for want, got in zip(results["cpu"], results["xla"], strict=True):
         assert torch.equal(want, got), (want, got)
+
+
+def test_as_strided_of_a_view_starts_at_the_views_offset() -> None:
+    # With no storage_offset, as_strided keeps the view's own (x[1:3] of a 4x6 starts at 6).
+    def program(device: str) -> list[torch.Tensor]:
+        rows = torch.arange(24.0, device=device).view(4, 6)[1:3]
+        x = torch.arange(10.0, device=device)
+        x[2:].as_strided((3,), (1,)).fill_(-1)
+        strided = torch.arange(24.0, device=device).view(4, 6)[:, 1::2]
+        return [rows.as_strided((2, 2), (1, 2)), rows.t().as_strided((2, 2), (2, 1)), x,
+                strided.as_strided((2, 2), (6, 1)), rows.as_strided((2,), (1,), 0)]  # fmt: skip
+
+    for want, got in zip(program("cpu"), program("xla"), strict=True):
+        assert torch.equal(want, got.cpu()), (want, got.cpu())

@@ -894,6 +894,8 @@ def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
         # elements are not where its row-major value has them): it is a view of the storage's
         # root value, which is contiguous.
         parent, chain, layout = base._st.node, (), None
+        if len(tpl) < 3 or tpl[2] is None:  # no storage_offset: the view's own, as in eager
+            tpl = (*tpl[:2], base._layout[1] if base._layout is not None else 0)
     else:
         parent, layout = value(base), base._layout
     if func is aten.view.dtype and layout is not None:
