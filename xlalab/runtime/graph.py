@@ -257,26 +257,41 @@ def _scalar_casts(n: Node) -> tuple[tuple[int, torch.dtype | None], ...]:
     aten = isinstance(n.op, torch._ops.OpOverload) and n.op.namespace == "aten"  # no user op runs twice
     if not weak or half is None or not aten or len(n.arg or ()) != 2:
         return tuple((i, None) for i in weak)
-    key = (n.op, n.arg, tuple((s.op is ir.SCALAR, s.arg is ir.ZERO_DIM, s.dtype, not s.shape) for s in n.src))
+    key = _probe_key(n)
     seen = _SCALARS_SEEN_ROUNDED.get(key)
     if seen is None:
-        seen = _SCALARS_SEEN_ROUNDED[key] = _ask_eager_about_scalars(n, weak, half)
+        seen = _SCALARS_SEEN_ROUNDED[key] = _ask_eager_about_numbers(n, half, weak=weak)
     return tuple((i, half if r else None) for i, r in zip(weak, seen))
 
 
 _SCALARS_SEEN_ROUNDED: dict[Any, tuple[bool, ...]] = {}
+
+
+def _probe_key(n: Node) -> Any:
+    """What a probe of eager's kernel depends on: the op, its static arguments, and each
+    operand's kind (scalar input or tensor, 0-d CPU tensor or number), dtype and rank-0-ness."""
+    operands = tuple((s.op is ir.SCALAR, s.arg is ir.ZERO_DIM, s.dtype, not s.shape) for s in n.src)
+    return (n.op, n.arg, operands)
+
+
 # The probe's tensors, whatever the node's shapes: elementwise ops take them; an op that needs
 # shapes of its own fails the probe and keeps its numbers in float32.
 _PROBE_SHAPE = (514,)
 
 
-def _ask_eager_about_scalars(n: Node, weak: list[int], half: torch.dtype) -> tuple[bool, ...]:
+def _ask_eager_about_numbers(
+    n: Node, half: torch.dtype, weak: Sequence[int] = (), spots: Sequence[Any] = ()
+) -> tuple[bool, ...]:
+    """``promotion.scalars_seen_rounded`` for a node's numbers: its float scalar inputs at the
+    source positions ``weak``, then the integers at the argument positions (or names) ``spots``.
+    The probe's float numbers take their places; a 0-d CPU tensor is asked about as a 0-d tensor
+    (a float one of its dtype, an integer one as float32), whose dtype decides the promotion."""
     from torch.utils._python_dispatch import _disable_current_modes
 
     tpl, ktpl = n.arg
+    named = dict(ktpl)
 
     def call(scalars: list[float], make: Callable[[Sequence[int], torch.dtype], torch.Tensor]) -> Any:
-        # A 0-d CPU tensor is asked about as one: its dtype decides the promotion.
         given = {
             i: torch.tensor(v, dtype=n.src[i].dtype) if n.src[i].arg is ir.ZERO_DIM else v
             for i, v in zip(weak, scalars)
@@ -288,10 +303,14 @@ def _ask_eager_about_scalars(n: Node, weak: list[int], half: torch.dtype) -> tup
         ]
         args = [_subst(a, vals) for a in tpl]
         kwargs = {k: _subst(v, vals) for k, v in ktpl}
+        for spot, v in zip(spots, scalars[len(weak) :]):
+            target: Any = args if type(spot) is int else kwargs
+            was = tpl[spot] if type(spot) is int else named[spot]
+            target[spot] = torch.tensor(v, dtype=torch.float32) if type(was) is ir.Const else v
         return n.op(*args, **kwargs)
 
     with _disable_current_modes(), torch.no_grad():
-        return promotion.scalars_seen_rounded(call, len(weak), half)
+        return promotion.scalars_seen_rounded(call, len(weak) + len(spots), half)
 
 
 def _scope_name(n: Node) -> str:
@@ -363,40 +382,17 @@ def _integers_seen_rounded(n: Node, rule: promotion.Rule, half: torch.dtype | No
             spots.append(p if p < len(tpl) else name)
     if not spots:
         return frozenset()
-    key = (n.op, n.arg, tuple((s.op is ir.SCALAR, s.dtype, not s.shape) for s in n.src), half)
+    key = (_probe_key(n), half)
     seen = _INTEGERS_SEEN_ROUNDED.get(key)
     if seen is None:
         seen = _INTEGERS_SEEN_ROUNDED[key] = frozenset(
-            spot for spot, r in zip(spots, _ask_eager_about_integers(n, spots, half)) if r
+            spot for spot, r in zip(spots, _ask_eager_about_numbers(n, half, spots=spots)) if r
         )
     return seen
 
 
 _ABSENT = object()
 _INTEGERS_SEEN_ROUNDED: dict[Any, frozenset[Any]] = {}
-
-
-def _ask_eager_about_integers(n: Node, spots: list[Any], half: torch.dtype) -> tuple[bool, ...]:
-    """``scalars_seen_rounded`` for integer numbers: the probe's float numbers take their places
-    (a 0-d CPU tensor's place as a 0-d float32 tensor, which promotes with the half tensors as
-    the integer one does)."""
-    from torch.utils._python_dispatch import _disable_current_modes
-
-    tpl, ktpl = n.arg
-
-    def call(scalars: list[float], make: Callable[[Sequence[int], torch.dtype], torch.Tensor]) -> Any:
-        shapes = [_PROBE_SHAPE if s.shape else () for s in n.src]
-        vals = [1 if s.op is ir.SCALAR else make(shapes[i], s.dtype or half) for i, s in enumerate(n.src)]
-        args = [_subst(a, vals) for a in tpl]
-        kwargs = {k: _subst(v, vals) for k, v in ktpl}
-        for spot, v in zip(spots, scalars):
-            target: Any = args if type(spot) is int else kwargs
-            was = tpl[spot] if type(spot) is int else dict(ktpl)[spot]
-            target[spot] = torch.tensor(v, dtype=torch.float32) if type(was) is ir.Const else v
-        return n.op(*args, **kwargs)
-
-    with _disable_current_modes(), torch.no_grad():
-        return promotion.scalars_seen_rounded(call, len(spots), half)
 
 
 def _promoted(v: Any, dtype: torch.dtype, via: torch.dtype | None = None) -> Any:
