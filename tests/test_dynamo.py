@@ -940,3 +940,20 @@ def test_a_random_op_in_a_checkpointed_layer_is_refused_with_what_works() -> Non
     refused = r"inside torch\.utils\.checkpoint cannot be compiled.*Run the step lazily"
     with pytest.raises(Exception, match=refused):
         torch.compile(step, backend="xlalab")(a, w)
+
+
+def test_a_view_argument_keeps_its_strides_and_offset_under_dynamic_shapes() -> None:
+    # The graph's stand-in for a view argument had contiguous strides and no offset: under
+    # dynamic shapes the graph read those (a.stride() gave (3, 2) for (6, 2)), and an output
+    # that is a view of the argument was rebuilt at the storage's start (x[6:10].flatten()
+    # gave x[0:4]'s values).
+    data = torch.arange(40.0).view(10, 4)
+    flatten = torch.compile(lambda x: x.flatten(), backend="xlalab", dynamic=True)
+    for start, length in [(0, 3), (3, 3), (6, 4)]:
+        got = flatten(data.to("xla")[start : start + length]).cpu()
+        assert torch.equal(got, data[start : start + length].flatten())
+    chunk = torch.compile(lambda a: a.chunk(2, 1)[1], backend="xlalab", dynamic=True)
+    rows = torch.arange(24.0).view(4, 6)
+    assert torch.equal(chunk(rows.to("xla")[1:3]).cpu(), rows[1:3].chunk(2, 1)[1])
+    layout = torch.compile(lambda a: (a.stride(), a.storage_offset()), backend="xlalab", dynamic=True)
+    assert layout(rows.to("xla")[:, 1::2]) == ((6, 2), 1)

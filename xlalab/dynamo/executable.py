@@ -122,9 +122,13 @@ def _is_static(gm: fx.GraphModule) -> bool:
 
 
 def _key(args: Sequence[Any]) -> tuple[Any, ...]:
-    """What a variant of a dynamic graph is specialized on: tensor shapes and dtypes, other values."""
+    """What a variant of a dynamic graph is specialized on: tensor shapes and dtypes, a view
+    argument's strides and offset (which the graph may read, and its views of it carry), other
+    values."""
     return tuple(
-        (tuple(a.shape), a.dtype, a.device.type) if isinstance(a, torch.Tensor) else (type(a), a)
+        (tuple(a.shape), a.dtype, a.device.type, getattr(a, "_layout", None))
+        if isinstance(a, torch.Tensor)
+        else (type(a), a)
         for a in args
     )
 
@@ -335,7 +339,9 @@ class NotOneProgram(RuntimeError):
 def _placeholder(a: Any, dev: int) -> Any:
     if isinstance(a, XlaTensor):
         arr = _array(a, dev)
-        return tensor.wrap(ir.data(arr, tuple(a.shape), a.dtype, dev))
+        # The argument's strides and storage offset come along: a graph reads them (sym_stride
+        # under dynamic shapes) and an output that is a view of it is rebuilt from them.
+        return tensor.wrap(ir.data(arr, tuple(a.shape), a.dtype, dev), layout=a._layout)
     if isinstance(a, torch.Tensor):
         node = tensor.to_device_node(a.detach(), dev)
         return tensor.wrap(node)
