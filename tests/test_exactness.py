@@ -979,3 +979,26 @@ def test_hypot_is_correctly_rounded_as_eagers(dtype: torch.dtype) -> None:
     b[:4] = torch.tensor([float("nan"), float("-inf"), 3e38, -0.0])
     a, b = a.to(dtype), b.to(dtype)
     assert _same_bits(torch.hypot(a, b), torch.hypot(a.to(DEV), b.to(DEV)))
+
+
+def test_divisions_inside_ops_are_eagers_divisions() -> None:
+    # mean divides the sum by the count, round(decimals=3) and hardsigmoid/hardswish divide by
+    # a constant: XLA would multiply by its rounded reciprocal, an ulp off on a fifth to a half
+    # of the values. (hardsigmoid's backward does multiply by 1/6 in eager.)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4096, generator=g) * 4
+    rows = (torch.randn(64, 100, generator=g) * 10).round()
+    grad = torch.randn(4096, generator=g)
+    drop_grad, dropped = torch.tensor([-0.0, -1.0, 2.0]), torch.tensor([False, True, False])
+
+    def program(x: torch.Tensor, rows: torch.Tensor, grad: torch.Tensor) -> list[torch.Tensor]:
+        dev = x.device
+        return [
+            rows.mean(1), rows.mean(), rows.mean((0, 1), keepdim=True), torch.round(x, decimals=3),
+            torch.round(x * 1000, decimals=-2), F.hardsigmoid(x), F.hardswish(x),
+            torch.ops.aten.hardsigmoid_backward(grad, x),
+            torch.ops.aten.native_dropout_backward(drop_grad.to(dev), dropped.to(dev), 2.0),
+        ]  # fmt: skip
+
+    for want, got in zip(program(x, rows, grad), program(x.to(DEV), rows.to(DEV), grad.to(DEV)), strict=True):
+        assert _same_bits(want, got), (want, got.cpu())

@@ -745,8 +745,9 @@ def _round_decimals(x: Array, decimals: int = 0) -> Array:
     # torch scales by 10**|d| with a multiply for d > 0 and a divide for d < 0.
     scale = 10.0 ** abs(decimals)
     if decimals >= 0:
-        return jnp.round(x * scale) / scale
-    return jnp.round(x / scale) * scale
+        scaled = jnp.round(x * scale)
+        return scaled / exact_divisor(jnp.asarray(scale, scaled.dtype), scaled)
+    return jnp.round(x / exact_divisor(jnp.asarray(scale, x.dtype), x)) * scale
 
 
 @lowering(aten.logit.default, result_dtype=True)

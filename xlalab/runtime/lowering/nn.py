@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from xlalab.runtime.dtypes import convert
 from xlalab.runtime.lowering import pooling
 from xlalab.runtime.lowering.elementwise import (
     HALF,
@@ -898,19 +899,22 @@ def _softplus_backward(grad_output: Array, x: Array, beta: Scalar, threshold: Sc
 @lowering(aten.hardsigmoid.default)
 def _hardsigmoid(x: Array) -> Array:
     xf = compute_float(x)
-    return (jnp.minimum(jnp.maximum(xf + 3, 0), 6) / 6).astype(x.dtype)
+    clipped = jnp.minimum(jnp.maximum(xf + 3, 0), 6)
+    return (clipped / exact_divisor(6.0, clipped)).astype(x.dtype)  # eager divides
 
 
 @lowering(aten.hardsigmoid_backward.default)
 def _hardsigmoid_backward(grad_output: Array, x: Array) -> Array:
     g = compute_float(grad_output)
-    return jnp.where((x > -3) & (x < 3), g / 6, jnp.zeros((), g.dtype)).astype(grad_output.dtype)
+    slope = g * jnp.asarray(1 / 6, g.dtype)  # eager's backward multiplies by 1/6 (its forward divides)
+    return jnp.where((x > -3) & (x < 3), slope, jnp.zeros((), g.dtype)).astype(grad_output.dtype)
 
 
 @lowering(aten.hardswish.default)
 def _hardswish(x: Array) -> Array:
     xf = compute_float(x)
-    return (xf * jnp.minimum(jnp.maximum(xf + 3, 0), 6) / 6).astype(x.dtype)
+    product = xf * jnp.minimum(jnp.maximum(xf + 3, 0), 6)
+    return (product / exact_divisor(6.0, product)).astype(x.dtype)
 
 
 @lowering(aten.hardswish_backward.default)
@@ -951,4 +955,4 @@ def _glu_backward(grad_output: Array, x: Array, dim: int) -> Array:
 
 @lowering(aten.native_dropout_backward.default)
 def _native_dropout_backward(grad_output: Array, mask: Array, scale: float) -> Array:
-    return grad_output * mask.astype(grad_output.dtype) * scale
+    return grad_output * convert(mask, grad_output.dtype) * scale  # -0.0 * a dropped 0 is -0.0

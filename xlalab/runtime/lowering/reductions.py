@@ -14,6 +14,7 @@ from xlalab.runtime.dtypes import to_jnp
 from xlalab.runtime.lowering.elementwise import (
     Scalar,
     compute_float,
+    exact_divisor,
     is_integral,
     plus_zero,
     refuse_bool,
@@ -78,7 +79,11 @@ def _prod(x: Array, dim: Dims = None, keepdim: bool = False, *, dtype: torch.dty
 @lowering(aten.mean.default, aten.mean.dim)
 def _mean(x: Array, dim: Dims = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Array:
     x = compute_float(x if dtype is None else x.astype(to_jnp(dtype)))
-    return plus_zero(jnp.mean(x, axis=axes(x, dim), keepdims=keepdim))
+    reduced = axes(x, dim)
+    total = jnp.sum(x, axis=reduced, keepdims=keepdim)
+    count = math.prod(x.shape[d] for d in (range(x.ndim) if reduced is None else reduced))
+    # Eager divides the sum by the count; XLA would multiply by a rounded reciprocal.
+    return plus_zero(total / exact_divisor(jnp.asarray(count, total.dtype), total))
 
 
 @lowering(aten.amax.default, aten.max.default)
