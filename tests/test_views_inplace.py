@@ -228,3 +228,15 @@ def test_as_strided_of_a_view_starts_at_the_views_offset() -> None:
 
     for want, got in zip(program("cpu"), program("xla"), strict=True):
         assert torch.equal(want, got.cpu()), (want, got.cpu())
+
+
+@pytest.mark.parametrize(
+    "view",
+    [lambda x: x.t().view(6), lambda x: x[:, ::2].view(4), lambda x: x.unsqueeze(0).expand(2, 2, 3).view(12)],
+)
+def test_a_view_the_strides_do_not_allow_raises_eagers_error(view: Callable[[Any], Any]) -> None:
+    # Accepting it made an alias where the user's fix (reshape) copies: writes went to x.
+    x = torch.arange(6.0, device="xla").reshape(2, 3)
+    with pytest.raises(RuntimeError, match=r"view size is not compatible.*Use \.reshape"):
+        view(x)
+    assert torch.equal(x[1:].view(3).cpu(), torch.tensor([3.0, 4.0, 5.0]))  # allowed ones still are

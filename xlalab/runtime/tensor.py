@@ -898,8 +898,10 @@ def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
             tpl = (*tpl[:2], base._layout[1] if base._layout is not None else 0)
     else:
         parent, layout = value(base), base._layout
-    if func is aten.view.dtype and layout is not None:
-        func(_laid_out(parent, layout), *tpl)  # a dtype view checks strides and offset: eager's error
+    if layout is not None and (func is aten.view.dtype or func is aten.view.default):
+        # A view checks that the strides allow it (x.t().view(6) must reshape): eager's error,
+        # where accepting it would alias what eager copies.
+        func(_laid_out(parent, layout), *tpl)
     node = _view_node(func, parent, tpl, layout)  # counted as xla::<op> where it is recorded
     t = wrap(node, base._st, (*chain, (func, tpl)), _view_layout(func, parent, layout, tpl))
     t._vcache = (base._st.node, node)
