@@ -303,10 +303,12 @@ class _Run(fx.Interpreter):
     def run_node(self, n: fx.Node) -> Any:
         # Checks the node makes (an assertion, an index check) name the user's line it traced.
         checks.origin[0] = checks.where_of(n.meta.get("stack_trace"))
+        tensor.FUNCTIONAL[0] = True  # the graph's views reshape values (see tensor.FUNCTIONAL)
         try:
             return super().run_node(n)
         finally:
             checks.origin[0] = None
+            tensor.FUNCTIONAL[0] = False
 
     def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if target is torch.ops.higher_order.with_effects:

@@ -881,6 +881,11 @@ def _out_variant(functional: OpOverload) -> Handler:
     return handler
 
 
+# True while a functionalized graph (AOTAutograd's, in compiled mode) runs: its ``view`` is
+# a reshape of a value, applied where the user's program had other strides.
+FUNCTIONAL = [False]
+
+
 def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if kwargs:  # rare for view ops (``as_strided(size=, stride=)``): by position, as the rest
         args = tuple(_bound(func, args, kwargs).values())
@@ -898,7 +903,7 @@ def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
             tpl = (*tpl[:2], base._layout[1] if base._layout is not None else 0)
     else:
         parent, layout = value(base), base._layout
-    if layout is not None and (func is aten.view.dtype or func is aten.view.default):
+    if layout is not None and (func is aten.view.dtype or (func is aten.view.default and not FUNCTIONAL[0])):
         # A view checks that the strides allow it (x.t().view(6) must reshape): eager's error,
         # where accepting it would alias what eager copies.
         func(_laid_out(parent, layout), *tpl)
