@@ -903,10 +903,10 @@ def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
             tpl = (*tpl[:2], base._layout[1] if base._layout is not None else 0)
     else:
         parent, layout = value(base), base._layout
-    if layout is not None and (func is aten.view.dtype or (func is aten.view.default and not FUNCTIONAL[0])):
-        # A view checks that the strides allow it (x.t().view(6) must reshape): eager's error,
-        # where accepting it would alias what eager copies.
-        func(_laid_out(parent, layout), *tpl)
+    if func is aten.view.dtype and layout is not None:
+        func(_laid_out(parent, layout), *tpl)  # a dtype view checks strides and offset: eager's error
+    elif func is aten.view.default and layout is not None and not FUNCTIONAL[0]:
+        _check_view_strides(parent, layout, tpl)
     node = _view_node(func, parent, tpl, layout)  # counted as xla::<op> where it is recorded
     t = wrap(node, base._st, (*chain, (func, tpl)), _view_layout(func, parent, layout, tpl))
     t._vcache = (base._st.node, node)
@@ -914,6 +914,27 @@ def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
 
 
 _LAYOUTS: dict[Any, Any] = {}
+_VIEW_REFUSALS: dict[Any, str | None] = {}  # (shape, dtype, layout, view args) -> eager's error
+
+
+def _check_view_strides(parent: Node, layout: Any, tpl: tuple[Any, ...]) -> None:
+    """A view checks that the strides allow it (x.t().view(6) must reshape): eager's error,
+    where accepting it would alias what eager copies. Asked of a meta tensor once per layout."""
+    key: Any = (parent.shape, parent.dtype, layout, tpl)
+    try:
+        refusal = _VIEW_REFUSALS.get(key, "")
+    except TypeError:  # symbolic sizes: ask every time
+        key, refusal = None, ""
+    if refusal == "":
+        try:
+            aten.view.default(_laid_out(parent, layout), *tpl)
+            refusal = None
+        except RuntimeError as e:
+            refusal = str(e)
+        if key is not None:
+            _VIEW_REFUSALS[key] = refusal
+    if refusal is not None:
+        raise RuntimeError(refusal)
 
 
 Layout = tuple[tuple[int, ...], int]  # strides and storage offset
