@@ -240,3 +240,48 @@ def test_a_view_the_strides_do_not_allow_raises_eagers_error(view: Callable[[Any
     with pytest.raises(RuntimeError, match=r"view size is not compatible.*Use \.reshape"):
         view(x)
     assert torch.equal(x[1:].view(3).cpu(), torch.tensor([3.0, 4.0, 5.0]))  # allowed ones still are
+
+
+_REFUSED_WRITES: dict[str, Callable[[Any, Any], Any]] = {
+    "add_": lambda b, d: b.add_(1),
+    "relu_": lambda b, d: b.relu_(),
+    "copy_": lambda b, d: b.copy_(torch.ones(3, 4, device=d)),
+    "setitem of a tensor": lambda b, d: b.__setitem__((slice(None), 0), torch.ones(3, device=d)),
+    "uniform_": lambda b, d: b.uniform_(),
+    "scatter_": lambda b, d: b.scatter_(0, torch.zeros(1, 4, dtype=torch.long, device=d), 1.0),
+    "mm out=": lambda b, d: torch.mm(torch.ones(3, 2, device=d), torch.ones(2, 4, device=d), out=b),
+}
+
+
+@pytest.mark.parametrize("write", _REFUSED_WRITES.values(), ids=_REFUSED_WRITES.keys())
+def test_a_write_into_an_expanded_tensor_raises_where_eager_does(write: Callable[[Any, Any], Any]) -> None:
+    for d in ("cpu", "xla"):
+        a = torch.arange(4.0, device=d)
+        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+            write(a.expand(3, 4), d)
+        assert a.tolist() == [0.0, 1.0, 2.0, 3.0]  # nothing was written
+
+
+_ACCEPTED_WRITES: dict[str, Callable[[Any, Any], Any]] = {
+    "fill_": lambda b, d: b.fill_(2.0),
+    "zero_": lambda b, d: b.zero_(),
+    "setitem of a number": lambda b, d: b.__setitem__(1, 5.0),
+    "row of the expand": lambda b, d: b[0].copy_(torch.tensor([7.0, 8.0, 9.0, 10.0], device=d)),
+    "index_fill_": lambda b, d: b.index_fill_(1, torch.tensor([0, 2], device=d), -1.0),
+    "masked_fill_": lambda b, d: b.masked_fill_(torch.tensor([[True, False, True, False]] * 3).to(d), 6.0),
+    "fill_diagonal_": lambda b, d: b.fill_diagonal_(3.0),
+}
+
+
+@pytest.mark.parametrize("write", _ACCEPTED_WRITES.values(), ids=_ACCEPTED_WRITES.keys())
+def test_writes_eager_makes_through_an_expand_reach_its_base(write: Callable[[Any, Any], Any]) -> None:
+    # Each element of ``b`` is an element of ``a``: a write to one row is seen by every row.
+    # (Where the written values differ between rows, as ``tril_``'s do, eager's result is the
+    # order its kernel visits memory in; torch's ``expand`` docs call that incorrect behaviour.)
+    got = []
+    for d in ("cpu", "xla"):
+        a = torch.arange(4.0, device=d)
+        b = a.expand(3, 4)
+        write(b, d)
+        got.append((a.cpu(), b.cpu()))
+    assert all(torch.equal(w, g) for w, g in zip(got[0], got[1])), got

@@ -1788,8 +1788,72 @@ def _resolve(func: OpOverload) -> Handler:
         handler = fallback
     if func in FALLBACK_IF:
         handler = _guarded(handler, FALLBACK_IF[func])
+    written = _written_positions(func)
+    if written and not name.startswith("aten::_foreach_"):
+        handler = _overlap_checked(handler, written)
     _HANDLERS[id(func)] = handler
     return handler
+
+
+def _written_positions(func: OpOverload) -> list[tuple[int, str]]:
+    """Where ``func``'s schema says it writes: (position, name) of each mutable argument."""
+    return [
+        (-1 if sa.kwarg_only else i, sa.name)
+        for i, sa in enumerate(func._schema.arguments)
+        if sa.alias_info is not None and sa.alias_info.is_write
+    ]
+
+
+def _overlap_checked(handler: Handler, written: list[tuple[int, str]]) -> Handler:
+    """``handler`` behind eager's refusal to write into a tensor whose elements share memory
+    (an ``expand``ed view): most kernels refuse it, a few (``fill_``, ``index_put_``, reductions'
+    ``out=``) write anyway. A view can only overlap itself through a stride of 0, which is what
+    is looked for on each call; the rare call that has one asks eager whether it refuses."""
+
+    def checked(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        for pos, name in written:
+            t = args[pos] if 0 <= pos < len(args) else kwargs.get(name)
+            if type(t) is XlaTensor and t._chain and _overlaps_itself(t):
+                _refuse_as_eager_does(func, args, kwargs, t)
+        return handler(func, args, kwargs)
+
+    return checked
+
+
+def _overlaps_itself(t: XlaTensor) -> bool:
+    return any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride()))
+
+
+# (op, shape, strides) of overlapping writes eager accepted: asked once each.
+_OVERLAP_ACCEPTED: set[Any] = set()
+
+
+def _refuse_as_eager_does(
+    func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], t: XlaTensor
+) -> None:
+    """Raise eager's error if its CPU kernel refuses this call's write into ``t``: the call is
+    made on zeros, ``t`` laid out with its own strides over a storage of its size."""
+    key = (func, tuple(t.shape), t.stride())
+    if key in _OVERLAP_ACCEPTED:
+        return
+    extent = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0)
+    overlapping = torch.zeros(extent, dtype=t.dtype).as_strided(tuple(t.shape), t.stride())
+
+    def cpu(a: Any) -> Any:
+        if a is t:
+            return overlapping
+        if type(a) is list or type(a) is tuple:
+            return type(a)(cpu(x) for x in a)
+        return _cpu_zeros(a, False)
+
+    try:
+        func(*[cpu(a) for a in args], **{k: cpu(v) for k, v in kwargs.items()})
+    except RuntimeError as e:
+        if "more than one element of the written-to tensor" in str(e):
+            raise RuntimeError(str(e)) from None
+    except Exception:
+        pass  # a refusal of the zeros, not of the overlap: the op's own checks say the rest
+    _OVERLAP_ACCEPTED.add(key)
 
 
 # --------------------------------------------------------------------------- transfers

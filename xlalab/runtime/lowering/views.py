@@ -200,10 +200,18 @@ def _write(base: Any, chain: tuple[Any, ...], src: Any) -> Any:
         # The values convert to the view's dtype, which a dtype view makes differ from the base's.
         return jnp.broadcast_to(src.astype(base.dtype), base.shape)
     (func, tpl), rest = chain[0], chain[1:]
+    name = func._schema.name
+    if not _inverts(name) and not any(_changes_elements(f) for f, _ in rest):
+        # Scatter by the positions the whole rest of the chain reads: an ``expand`` repeats
+        # its base's elements, and only those the innermost view covers are written.
+        positions = jnp.arange(base.size, dtype=jnp.int64).reshape(base.shape)
+        for f, t in chain:
+            positions = _apply_view(f, positions, t)
+        values = jnp.broadcast_to(src.astype(base.dtype), positions.shape)
+        return jnp.ravel(base).at[jnp.ravel(positions)].set(jnp.ravel(values)).reshape(base.shape)
     args = [_subst(a, []) for a in tpl]
     inner = _apply_view(func, base, tpl)
     new_inner = _write(inner, rest, src)
-    name = func._schema.name
     if func is aten.view.dtype:  # the base's bytes, read back as the base's elements
         return reinterpret(new_inner, base.dtype)
     if name in _RESHAPES:
@@ -232,6 +240,18 @@ def _write(base: Any, chain: tuple[Any, ...], src: Any) -> Any:
     return jnp.ravel(base).at[jnp.ravel(positions)].set(jnp.ravel(new_inner)).reshape(base.shape)
 
 
+def _inverts(name: str) -> bool:
+    """Whether ``_write`` inverts this view op level by level."""
+    return name in _RESHAPES or name in _INVERTED
+
+
+def _changes_elements(func: Any) -> bool:
+    """A view whose elements are not its base's elements one for one (positions don't carry)."""
+    return func is aten.view.dtype or func._schema.name in ("aten::view_as_real", "aten::view_as_complex")
+
+
+_INVERTED = {"aten::permute", "aten::t", "aten::transpose", "aten::view_as_real", "aten::view_as_complex",
+             "aten::select", "aten::slice", "aten::view"}
 _RESHAPES = {"aten::view", "aten::_unsafe_view", "aten::_reshape_alias", "aten::squeeze", "aten::unsqueeze",
              "aten::alias", "aten::detach", "aten::lift_fresh"}
 
