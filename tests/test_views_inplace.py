@@ -285,3 +285,17 @@ def test_writes_eager_makes_through_an_expand_reach_its_base(write: Callable[[An
         write(b, d)
         got.append((a.cpu(), b.cpu()))
     assert all(torch.equal(w, g) for w, g in zip(got[0], got[1])), got
+
+
+def test_the_conjugate_is_a_view_of_its_base(dev: torch.device) -> None:
+    def run(d: Any) -> list[torch.Tensor]:
+        a = torch.tensor([1 + 2j, 3 - 1j, -2 + 0.5j], device=d)
+        c = a.conj()
+        a.mul_(2)  # seen by the conjugate
+        seen = c.clone()
+        c[1] = 5 + 5j  # written through it: a[1] becomes 5 - 5j
+        c.add_(1j)
+        return [seen, a.cpu(), c.cpu(), a.reshape(3, 1).mH.cpu()]
+
+    for want, got in zip(run("cpu"), run(dev), strict=True):
+        assert torch.equal(want, got.cpu()), (want, got)

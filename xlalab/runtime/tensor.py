@@ -1462,6 +1462,7 @@ VIEW_OPS = {
     aten.view.dtype,
     aten.view_as_real.default,
     aten.view_as_complex.default,
+    aten._conj.default,  # xla tensors carry no conjugate bit: the view's values are conjugated
 }
 RANDOM_OPS = {
     aten.normal_.default,

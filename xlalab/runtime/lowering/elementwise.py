@@ -671,8 +671,7 @@ _UNARY: dict[Any, Any] = {
     aten.positive.default: lambda x: x,
     aten.conj_physical.default: jnp.conj,
     aten._conj_physical.default: jnp.conj,
-    # The conjugate view, as its values: xla tensors carry no conjugate bit (as the CPU fallback
-    # gave them before, a copy that writes do not reach the base through).
+    # The conjugate view's values (a view op: writes reach the base through it, see views.py).
     aten._conj.default: jnp.conj,
     aten.angle.default: lambda x: jnp.angle(x) if jnp.iscomplexobj(x) else _real_angle(x),
 }

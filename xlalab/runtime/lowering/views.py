@@ -219,7 +219,7 @@ def _write(base: Any, chain: tuple[Any, ...], src: Any) -> Any:
     if name == "aten::permute":
         dims = [_canon(d, base.ndim) for d in args[0]]
         return jnp.transpose(new_inner, [int(d) for d in np.argsort(dims)])
-    if name in ("aten::t", "aten::transpose"):
+    if name in ("aten::t", "aten::transpose", "aten::_conj"):  # each its own inverse
         return _apply_view(func, new_inner, tpl)
     if name == "aten::view_as_real":  # pairs back to complex numbers, and the reverse
         return _view_as_complex(new_inner.astype(inner.dtype))
@@ -250,8 +250,8 @@ def _changes_elements(func: Any) -> bool:
     return func is aten.view.dtype or func._schema.name in ("aten::view_as_real", "aten::view_as_complex")
 
 
-_INVERTED = {"aten::permute", "aten::t", "aten::transpose", "aten::view_as_real", "aten::view_as_complex",
-             "aten::select", "aten::slice", "aten::view"}
+_INVERTED = {"aten::permute", "aten::t", "aten::transpose", "aten::_conj", "aten::view_as_real",
+             "aten::view_as_complex", "aten::select", "aten::slice", "aten::view"}
 _RESHAPES = {"aten::view", "aten::_unsafe_view", "aten::_reshape_alias", "aten::squeeze", "aten::unsqueeze",
              "aten::alias", "aten::detach", "aten::lift_fresh"}
 
