@@ -1671,6 +1671,18 @@ FALLBACK_IF: dict[OpOverload, Callable[[tuple[Any, ...]], bool]] = {
     # exponential, which the lowering computes in float64, fits: the CPU gives eager's answer.
     aten.linalg_matrix_exp.default: lambda args: args[0].dtype in (torch.float16, torch.bfloat16),
     aten.logcumsumexp.default: lambda args: args[0].dtype.is_complex,
+    # Eager resamples uint8 images in fixed point, one axis at a time, each pass rounded to uint8
+    # (as PIL does): the CPU gives eager's answer.
+    **{
+        op: (lambda args: args[0].dtype == torch.uint8)
+        for packet in (
+            aten.upsample_bilinear2d,
+            aten.upsample_bicubic2d,
+            aten._upsample_bilinear2d_aa,
+            aten._upsample_bicubic2d_aa,
+        )
+        for op in (packet.default, packet.vec)
+    },
 }
 
 

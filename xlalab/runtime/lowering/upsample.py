@@ -3,7 +3,9 @@ in 1, 2 and 3 spatial dims, bicubic in 2, antialiased bilinear and bicubic (``an
 torchvision's resize) in 2, and their backward ops.
 
 Shapes are static, so every source index and weight is a trace-time NumPy constant computed
-the way torch's kernels compute them (in float32, ``area_pixel_compute_source_index``).
+the way torch's kernels compute them (``area_pixel_compute_source_index``, in float64 for a
+float64 input and in float32 for the rest, as torch's ``opmath`` type). uint8 images, which
+eager resamples in fixed point, run on the CPU fallback (``tensor.FALLBACK_IF``).
 Interpolation is separable: one gather (nearest) or two gathers and a weighted sum (linear)
 per spatial axis (four for bicubic, which goes from the last axis to the first so that its
 sums associate as torch's kernel's do; antialiased resizing as many as its stretched filter
@@ -45,18 +47,25 @@ def _nearest_index(out: int, size: int, scale: float | None, exact: bool) -> np.
     return np.minimum(src.astype(np.int64), size - 1)
 
 
-def _linear_taps(out: int, size: int, align_corners: bool, scale: float | None) -> tuple[np.ndarray, ...]:
+def _opmath(x: Array) -> Any:
+    """The float type torch's kernels compute source positions and weights in for ``x``."""
+    return np.float64 if x.dtype == jnp.float64 else np.float32
+
+
+def _linear_taps(
+    out: int, size: int, align_corners: bool, scale: float | None, dtype: Any = np.float32
+) -> tuple[np.ndarray, ...]:
     """(index0, index1, weight0, weight1) along one axis."""
-    ratio = _scale(size, out, align_corners, scale)
-    dst = np.arange(out, dtype=np.float32)
+    ratio = _scale(size, out, align_corners, scale, dtype)
+    dst = np.arange(out, dtype=dtype)
     if align_corners:
         src = ratio * dst
     else:
-        src = np.maximum(ratio * (dst + np.float32(0.5)) - np.float32(0.5), np.float32(0))
+        src = np.maximum(ratio * (dst + dtype(0.5)) - dtype(0.5), dtype(0))
     i0 = np.minimum(np.floor(src).astype(np.int64), size - 1)
     i1 = np.minimum(i0 + 1, size - 1)
-    w1 = (src - i0.astype(np.float32)).astype(np.float32)
-    return i0, i1, np.float32(1) - w1, w1
+    w1 = (src - i0.astype(dtype)).astype(dtype)
+    return i0, i1, dtype(1) - w1, w1
 
 
 def _keys_near(x: Any, a: Any) -> Any:
@@ -76,15 +85,17 @@ def cubic_coefficients(t: Any) -> list[Any]:
     return [_keys_far(t + 1, a), _keys_near(t, a), _keys_near(1 - t, a), _keys_far(2 - t, a)]
 
 
-def _cubic_taps(out: int, size: int, align_corners: bool, scale: float | None) -> tuple[np.ndarray, ...]:
+def _cubic_taps(
+    out: int, size: int, align_corners: bool, scale: float | None, dtype: Any = np.float32
+) -> tuple[np.ndarray, ...]:
     """(indices, weights), each ``(out, 4)``, along one axis; taps past the edge read the edge."""
-    ratio = _scale(size, out, align_corners, scale)
-    dst = np.arange(out, dtype=np.float32)
-    src = ratio * dst if align_corners else ratio * (dst + np.float32(0.5)) - np.float32(0.5)  # not clamped
+    ratio = _scale(size, out, align_corners, scale, dtype)
+    dst = np.arange(out, dtype=dtype)
+    src = ratio * dst if align_corners else ratio * (dst + dtype(0.5)) - dtype(0.5)  # not clamped
     low = np.floor(src)
-    t = (src - low).astype(np.float32)
+    t = (src - low).astype(dtype)
     index = np.clip(low.astype(np.int64)[:, None] + np.arange(-1, 3), 0, size - 1)
-    return index, np.stack(cubic_coefficients(t), axis=1).astype(np.float32)
+    return index, np.stack(cubic_coefficients(t), axis=1).astype(dtype)
 
 
 def cubic(x: Array, output_size: Sequence[int], align_corners: bool, scales: Scales) -> Array:
@@ -92,7 +103,7 @@ def cubic(x: Array, output_size: Sequence[int], align_corners: bool, scales: Sca
     y = compute_float(x)
     for i in reversed(range(nd)):
         axis = x.ndim - nd + i
-        index, weight = _cubic_taps(output_size[i], y.shape[axis], align_corners, scales[i])
+        index, weight = _cubic_taps(output_size[i], y.shape[axis], align_corners, scales[i], _opmath(x))
         shape = [1] * y.ndim
         shape[axis] = output_size[i]
         taps = [jnp.take(y, jnp.asarray(index[:, k]), axis=axis) for k in range(4)]
@@ -149,8 +160,9 @@ def _antialiased(cubic: bool) -> Callable[..., Array]:
             axis = x.ndim - nd + i
             if y.shape[axis] == output_size[i]:
                 continue
-            exact = np.float64 if x.dtype == jnp.float64 else np.float32
-            index, weight = _aa_taps(output_size[i], y.shape[axis], align_corners, scales[i], cubic, exact)
+            index, weight = _aa_taps(
+                output_size[i], y.shape[axis], align_corners, scales[i], cubic, _opmath(x)
+            )
             shape = [1] * y.ndim
             shape[axis] = output_size[i]
             wide = compute_float(y)
@@ -180,7 +192,7 @@ def linear(x: Array, output_size: Sequence[int], align_corners: bool, scales: Sc
     y = compute_float(x)
     for i, (out, scale) in enumerate(zip(output_size, scales, strict=True)):
         axis = x.ndim - nd + i
-        i0, i1, w0, w1 = _linear_taps(out, y.shape[axis], align_corners, scale)
+        i0, i1, w0, w1 = _linear_taps(out, y.shape[axis], align_corners, scale, _opmath(x))
         shape = [1] * y.ndim
         shape[axis] = out
         a = jnp.take(y, jnp.asarray(i0), axis=axis)
