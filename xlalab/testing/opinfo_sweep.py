@@ -48,9 +48,12 @@ from typing import Any
 
 import torch
 
-# The dtypes the sweep covers (``--dtypes`` picks others).
+# The dtypes the sweep covers (``--dtypes`` picks others): float64 because torch computes
+# positions and weights in it for float64 inputs, uint8 because images are (and eager has
+# kernels of their own for it).
 DTYPES: tuple[torch.dtype, ...] = (
     torch.float32, torch.int64, torch.bool, torch.bfloat16, torch.float16, torch.complex64,
+    torch.float64, torch.uint8,
 )  # fmt: skip
 
 # assert_close's defaults per dtype (rtol, atol); integer and bool results compare exactly.
