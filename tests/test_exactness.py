@@ -1031,3 +1031,13 @@ def test_float64_resizing_keeps_float64_precision(kwargs: dict[str, Any]) -> Non
         x = x[..., 0]
     lazy = F.interpolate(x.to(DEV), **kwargs).cpu()
     torch.testing.assert_close(lazy, F.interpolate(x, **kwargs), rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("norm", ["ortho", "forward", "backward"])
+@pytest.mark.parametrize("fft", ["fft", "ifft", "rfft", "irfft", "fft2", "ihfft"])
+def test_float64_ffts_keep_float64_precision(fft: str, norm: str) -> None:
+    # The norm's factor is computed in float64 and rounded to the result's type, as torch's:
+    # a float32 square root put errors of 5e-8 in every float64 "ortho" result.
+    x = torch.randn(4, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    f = getattr(torch.fft, fft)
+    torch.testing.assert_close(f(x.to(DEV), norm=norm).cpu(), f(x, norm=norm), rtol=1e-13, atol=1e-13)

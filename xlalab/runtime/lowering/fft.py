@@ -23,11 +23,12 @@ Array = jax.Array
 
 
 def _scaled(x: Array, n: int, normalization: int) -> Array:
-    if normalization == 1:
-        return x / jnp.sqrt(jnp.asarray(n, jnp.float32)).astype(x.real.dtype)
-    if normalization == 2:
-        return x / jnp.asarray(n, x.real.dtype)
-    return x
+    """``x`` times the norm's factor, which torch computes in float64 and rounds to the
+    result's type before pocketfft multiplies by it."""
+    if normalization == 0:
+        return x
+    factor = 1 / math.sqrt(n) if normalization == 1 else 1 / n
+    return x * jnp.asarray(factor, x.real.dtype)
 
 
 def _axes(x: Array, dim: Sequence[int]) -> tuple[int, ...]:
