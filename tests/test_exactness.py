@@ -1041,3 +1041,26 @@ def test_float64_ffts_keep_float64_precision(fft: str, norm: str) -> None:
     x = torch.randn(4, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     f = getattr(torch.fft, fft)
     torch.testing.assert_close(f(x.to(DEV), norm=norm).cpu(), f(x, norm=norm), rtol=1e-13, atol=1e-13)
+
+
+def test_a_mask_that_selects_every_element_takes_one_value_per_element() -> None:
+    # ELECTRA's loss indexes logits[attention_mask == 1]; with no padding the mask selects
+    # everything, and the backward (index_put of one gradient per selected element) failed to
+    # compile. How many a mask selects is data: eager's kernel places the values.
+    def program(d: Any) -> list[torch.Tensor]:
+        x = torch.arange(24.0).reshape(2, 3, 4).to(d)
+        every, some = torch.ones(2, 3, 4, dtype=torch.bool).to(d), (x > 10)
+        a = x.clone().index_put_((every,), torch.arange(24.0).to(d) * 2, accumulate=True)
+        b = x.clone()
+        b[some] = torch.arange(13.0).to(d)
+        c = x.clone()
+        c[:, torch.tensor([True, False, True]).to(d), 1] = torch.tensor([-1.0, -2.0]).to(d)
+        z = x.clone().requires_grad_()
+        (z[every] * torch.arange(24.0).to(d)).sum().backward()
+        assert z.grad is not None
+        return [a, b, c, z.grad]
+
+    same(program("cpu"), program(DEV))
+    with pytest.raises(RuntimeError, match="shape mismatch: value tensor of shape \\[3\\]"):
+        mask = torch.tensor([True, True, False, False], device=DEV)
+        torch.zeros(4, device=DEV)[mask] = torch.ones(3, device=DEV)

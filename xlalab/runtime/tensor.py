@@ -1661,6 +1661,33 @@ _SPECIAL: dict[OpOverload, Handler] = {
 }
 _HANDLERS: dict[int, Handler] = {}  # keyed by id(op), like _INFO
 # Per-op switches to the CPU fallback, e.g. bool-mask indexing whose shape depends on data.
+_INDEX_PUTS = [
+    getattr(packet, overload)
+    for packet in (
+        aten.index_put, aten.index_put_, aten._unsafe_index_put, aten._index_put_impl, aten._index_put_impl_
+    )
+    for overload in ("default", "hacked_twin")
+    if hasattr(packet, overload)
+]
+
+
+def _values_per_masked_element(args: tuple[Any, ...]) -> bool:
+    """Whether ``index_put(x, indices, values)`` indexes with a boolean mask and places a value
+    per element it selects (rather than one that broadcasts over them), or with a mask beside
+    other indices."""
+    x, indices, values = args[0], args[1], args[2]
+    given = [(i, m) for i, m in enumerate(indices) if m is not None]
+    if not any(m.dtype in (torch.bool, torch.uint8) for _, m in given):
+        return False
+    if len(given) != 1:
+        return True
+    position, mask = given[0]
+    shape = list(values.shape)
+    while len(shape) > x.dim() - position - mask.dim() and shape[0] == 1:
+        shape.pop(0)
+    return len(shape) > x.dim() - position - mask.dim()
+
+
 FALLBACK_IF: dict[OpOverload, Callable[[tuple[Any, ...]], bool]] = {
     # torch's decomposition draws rand_like(self), which has no integer kernel; eager's own
     # geometric_ fills integer tensors too.
@@ -1671,6 +1698,9 @@ FALLBACK_IF: dict[OpOverload, Callable[[tuple[Any, ...]], bool]] = {
     # exponential, which the lowering computes in float64, fits: the CPU gives eager's answer.
     aten.linalg_matrix_exp.default: lambda args: args[0].dtype in (torch.float16, torch.bfloat16),
     aten.logcumsumexp.default: lambda args: args[0].dtype.is_complex,
+    # A boolean mask with one value per element it selects: how many it selects is data, so
+    # eager's kernel places them (and raises when the count is not the values' length).
+    **{op: _values_per_masked_element for op in _INDEX_PUTS},
     # Eager resamples uint8 images in fixed point, one axis at a time, each pass rounded to uint8
     # (as PIL does): the CPU gives eager's answer.
     **{

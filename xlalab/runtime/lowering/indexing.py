@@ -5,7 +5,9 @@ triangular masks, flip/roll/repeat, constant padding, sort/topk.
 
 Boolean-mask indexing (``x[mask]``) has a data-dependent result shape that XLA cannot
 express; it is refused with NotImplementedError. Masked *assignment*
-(``x[mask] = v``) keeps the shape of ``x`` and is lowered to a select.
+(``x[mask] = v``) keeps the shape of ``x`` and is lowered to a select when ``v`` broadcasts over
+the selected elements; one value per selected element (the gradient of ``x[mask]``) runs on the
+CPU fallback (``tensor.FALLBACK_IF``), which also raises eager's error when the counts differ.
 """
 
 from __future__ import annotations
