@@ -134,7 +134,15 @@ def _overlapping_windows_of_a_transpose(a: torch.Tensor) -> torch.Tensor:
     return q.as_strided(size=(5, 2, 2), stride=(1, 6, 1))  # overlapping windows, by keyword
 
 
+def _overlapping_window_write(a: torch.Tensor) -> torch.Tensor:
+    # Windows share elements; a write through one window reaches exactly its own elements.
+    w = a[0].unfold(0, 3, 1)
+    w[2].fill_(-5)
+    return w.clone()
+
+
 CASES: list[Callable[[torch.Tensor], torch.Tensor]] = [
+    _overlapping_window_write,
     _as_strided_of_a_transpose,
     _overlapping_windows_of_a_transpose,
     _select_write,

@@ -1660,7 +1660,6 @@ _SPECIAL: dict[OpOverload, Handler] = {
     ),
 }
 _HANDLERS: dict[int, Handler] = {}  # keyed by id(op), like _INFO
-# Per-op switches to the CPU fallback, e.g. bool-mask indexing whose shape depends on data.
 _INDEX_PUTS = [
     getattr(packet, overload)
     for packet in (
@@ -1688,6 +1687,7 @@ def _values_per_masked_element(args: tuple[Any, ...]) -> bool:
     return len(shape) > x.dim() - position - mask.dim()
 
 
+# Per-op switches to the CPU fallback, e.g. bool-mask indexing whose shape depends on data.
 FALLBACK_IF: dict[OpOverload, Callable[[tuple[Any, ...]], bool]] = {
     # torch's decomposition draws rand_like(self), which has no integer kernel; eager's own
     # geometric_ fills integer tensors too.
