@@ -1064,3 +1064,13 @@ def test_a_mask_that_selects_every_element_takes_one_value_per_element() -> None
     with pytest.raises(RuntimeError, match="shape mismatch: value tensor of shape \\[3\\]"):
         mask = torch.tensor([True, True, False, False], device=DEV)
         torch.zeros(4, device=DEV)[mask] = torch.ones(3, device=DEV)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_linspace_gives_eagers_points(dtype: torch.dtype) -> None:
+    # Eager computes in the half type, rounding each step: near zero its points are 4% off the
+    # float32 ones (linspace(-2, 1, 50) in bfloat16: -0.0390625 where float32 rounds to -0.04077).
+    cases = [(-2.0, 1.0, 50), (0.1, 0.9, 20), (-37.5, 12.25, 129), (3.0, -3.0, 1000), (1.0, 2.0, 1)]
+    for start, end, steps in cases:
+        eager = torch.linspace(start, end, steps, dtype=dtype)
+        same(eager, torch.linspace(start, end, steps, dtype=dtype, device=DEV))
