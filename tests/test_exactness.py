@@ -1074,3 +1074,14 @@ def test_half_linspace_gives_eagers_points(dtype: torch.dtype) -> None:
     for start, end, steps in cases:
         eager = torch.linspace(start, end, steps, dtype=dtype)
         same(eager, torch.linspace(start, end, steps, dtype=dtype, device=DEV))
+
+
+def test_group_norm_of_an_empty_batch() -> None:
+    # The last batch of a dataset can be empty; a -1 in the grouping reshape had nothing to be
+    # inferred from, and the sync failed with a ZeroDivisionError.
+    x = torch.randn(0, 4, 3)
+    xr, xl = x.clone().requires_grad_(), x.to(DEV).requires_grad_()
+    eager, lazy = F.group_norm(xr, 2), F.group_norm(xl, 2)
+    eager.sum().backward()
+    lazy.sum().backward()
+    same([eager.detach(), xr.grad], [lazy.detach(), xl.grad])

@@ -382,10 +382,16 @@ def _weight_norm_interface_backward(
     return grad_v.astype(v.dtype), (dot / nf).astype(g.dtype)
 
 
+def _by_group(x: Array, group: int) -> Array:
+    """``(N, C, *spatial)`` as ``(N, group, elements per group)``; sized explicitly, as an empty
+    batch leaves nothing to infer a ``-1`` from."""
+    return x.reshape(x.shape[0], group, math.prod(x.shape[1:]) // group)
+
+
 def _group_norm(
     x: Array, weight: Array | None, bias: Array | None, group: int, eps: float
 ) -> tuple[Array, Array, Array]:
-    xf = compute_float(x).reshape(x.shape[0], group, -1)
+    xf = _by_group(compute_float(x), group)
     mean = jnp.mean(xf, axis=-1, keepdims=True)
     centered = xf - mean
     rstd = 1 / jnp.sqrt(jnp.mean(centered * centered, axis=-1, keepdims=True) + eps)
@@ -419,9 +425,9 @@ def _native_group_norm_backward(
 ) -> tuple[Array | None, Array | None, Array | None]:
     # Layer norm's backward over each (sample, group) block, with a per-channel weight.
     g = compute_float(grad_out)
-    xhat = ((compute_float(x).reshape(N, group, -1) - mean[..., None]) * rstd[..., None]).reshape(x.shape)
-    gxhat = (g if weight is None else g * _channel(weight, x.ndim)).reshape(N, group, -1)
-    xh = xhat.reshape(N, group, -1)
+    xhat = ((_by_group(compute_float(x), group) - mean[..., None]) * rstd[..., None]).reshape(x.shape)
+    gxhat = _by_group(g if weight is None else g * _channel(weight, x.ndim), group)
+    xh = _by_group(xhat, group)
     gi = rstd[..., None] * (
         gxhat - jnp.mean(gxhat, axis=-1, keepdims=True) - xh * jnp.mean(gxhat * xh, axis=-1, keepdims=True)
     )
