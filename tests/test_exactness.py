@@ -1085,3 +1085,25 @@ def test_group_norm_of_an_empty_batch() -> None:
     eager.sum().backward()
     lazy.sum().backward()
     same([eager.detach(), xr.grad], [lazy.detach(), xl.grad])
+
+
+_EMPTY_BATCH: dict[str, tuple[Callable[[Any], Any], tuple[int, ...]]] = {
+    "max_pool2d": (lambda x: F.max_pool2d(x, 2), (0, 3, 4, 4)),
+    "max_pool3d": (lambda x: F.max_pool3d(x, 2), (0, 1, 2, 2, 2)),
+    "adaptive_max_pool2d": (lambda x: F.adaptive_max_pool2d(x, 3), (0, 3, 5, 5)),
+    "grid_sample": (lambda x: F.grid_sample(x, x.new_zeros(0, 2, 2, 2), align_corners=False), (0, 3, 4, 4)),
+    "embedding": (lambda x: F.embedding(torch.zeros(0, 3, dtype=torch.long).to(x.device), x), (4, 2)),
+}
+
+
+@pytest.mark.parametrize("case", _EMPTY_BATCH.values(), ids=_EMPTY_BATCH.keys())
+def test_an_empty_batch_goes_forward_and_backward(case: tuple[Callable[[Any], Any], tuple[int, ...]]) -> None:
+    # The last batch of a dataset can be empty: reshapes that inferred a -1 from zero elements
+    # failed the sync (a ZeroDivisionError inside JAX).
+    fn, shape = case
+    x = torch.randn(shape)
+    xr, xl = x.clone().requires_grad_(), x.to(DEV).requires_grad_()
+    eager, lazy = fn(xr), fn(xl)
+    eager.sum().backward()
+    lazy.sum().backward()
+    same([eager.detach(), xr.grad], [lazy.detach(), xl.grad])

@@ -695,7 +695,8 @@ def _embedding_dense_backward(
     grad_output: Array, indices: Array, num_weights: int, padding_idx: int, scale_grad_by_freq: bool
 ) -> Array:
     idx = indices.reshape(-1)
-    g = compute_float(grad_output).reshape(idx.shape[0], -1)  # accumulate halves in float
+    # Accumulated in float for half types; sized, not -1, as no index may be given.
+    g = compute_float(grad_output).reshape(idx.shape[0], grad_output.shape[-1])
     if padding_idx >= 0:
         g = jnp.where((idx == padding_idx)[:, None], jnp.zeros((), g.dtype), g)
     if scale_grad_by_freq:

@@ -200,10 +200,11 @@ def _unravel(flat: Array, shape: Sequence[int]) -> list[Array]:
 
 def scatter_by_index(nd: int, grad_output: Array, x: Array, indices: Array) -> Array:
     """The gradient of a max pooling: each output's gradient added at its flat index."""
-    rows = math.prod(x.shape[:-nd])
-    g = grad_output.reshape(rows, -1)
+    rows = math.prod(x.shape[:-nd])  # sizes given, not -1: an empty batch leaves nothing to infer
+    g = grad_output.reshape(rows, math.prod(grad_output.shape[-nd:]))
     out = jnp.zeros((rows, math.prod(x.shape[-nd:])), g.dtype)
-    return out.at[jnp.arange(rows)[:, None], indices.reshape(rows, -1)].add(g).reshape(x.shape)
+    where = indices.reshape(rows, math.prod(indices.shape[-nd:]))
+    return out.at[jnp.arange(rows)[:, None], where].add(g).reshape(x.shape)
 
 
 def max_pool_backward(nd: int, grad_output: Array, x: Array, *window_then_indices: Any) -> Array:
@@ -341,7 +342,7 @@ def adaptive_max_pool(nd: int, x: Array, output_size: Ints) -> tuple[Array, Arra
         shape[a], shape[nd + a] = v.shape
         valid = valid & v.reshape(shape)
     vals = jnp.where(jnp.asarray(valid), vals, jnp.asarray(lowest(x.dtype), x.dtype))
-    flat = vals.reshape(*vals.shape[: len(lead) + nd], -1)
+    flat = vals.reshape(*vals.shape[: len(lead) + nd], math.prod(ks))
     which = jnp.argmax(flat, axis=-1)
     values = jnp.max(flat, axis=-1)
     index = jnp.zeros(which.shape, jnp.int64)

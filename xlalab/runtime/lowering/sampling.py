@@ -14,6 +14,7 @@ reflected one flips its gradient's sign on every fold.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 
 import jax
@@ -84,7 +85,8 @@ def _read(flat: Array, spatial: Sequence[int], at: Sequence[Array], weight: Arra
         index = i if index is None else index * size + i
     assert index is not None
     n, out = index.shape[0], index.shape[1:]
-    values = jnp.take_along_axis(flat, index.reshape(n, 1, -1), axis=2).reshape(n, flat.shape[1], *out)
+    values = jnp.take_along_axis(flat, index.reshape(n, 1, math.prod(out)), axis=2)
+    values = values.reshape(n, flat.shape[1], *out)
     w = jnp.where(inside, 1 if weight is None else weight, 0).astype(flat.dtype)
     return values * w[:, None]
 
@@ -96,7 +98,7 @@ def grid_sample(
     spatial = x.shape[2:]
     y = compute_float(x)
     g = compute_float(grid).astype(y.dtype)
-    flat = y.reshape(y.shape[0], y.shape[1], -1)
+    flat = y.reshape(y.shape[0], y.shape[1], math.prod(spatial))  # not -1: the batch may be empty
     # The grid's last axis lists x (the last spatial axis) first; ``coords`` is in axis order.
     coords = [_unnormalize(g[..., nd - 1 - a], spatial[a], align_corners) for a in range(nd)]
     if interpolation == BICUBIC:
