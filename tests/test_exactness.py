@@ -1091,6 +1091,10 @@ _EMPTY_BATCH: dict[str, tuple[Callable[[Any], Any], tuple[int, ...]]] = {
     "max_pool2d": (lambda x: F.max_pool2d(x, 2), (0, 3, 4, 4)),
     "max_pool3d": (lambda x: F.max_pool3d(x, 2), (0, 1, 2, 2, 2)),
     "adaptive_max_pool2d": (lambda x: F.adaptive_max_pool2d(x, 3), (0, 3, 5, 5)),
+    "fractional_max_pool2d": (
+        lambda x: F.fractional_max_pool2d(x, 2, output_size=3, _random_samples=x.new_zeros(0, 3, 2)),
+        (0, 3, 6, 6),
+    ),
     "grid_sample": (lambda x: F.grid_sample(x, x.new_zeros(0, 2, 2, 2), align_corners=False), (0, 3, 4, 4)),
     "embedding": (lambda x: F.embedding(torch.zeros(0, 3, dtype=torch.long).to(x.device), x), (4, 2)),
 }

@@ -242,7 +242,8 @@ def fractional_max_pool(
     the last spatial dim takes the first sample). As eager's loop: the first maximum of a window
     in scan order, a NaN over any number, the last NaN where there are several."""
     spatial = x.shape[-nd:]
-    planes = x.reshape(-1, x.shape[-nd - 1], math.prod(spatial))  # (batch, planes, flat)
+    # (batch, planes, flat), sized explicitly (as below): a -1 cannot be inferred from an empty batch.
+    planes = x.reshape(math.prod(x.shape[: -nd - 1]), x.shape[-nd - 1], math.prod(spatial))
     u = samples.astype(x.dtype).reshape(planes.shape[0], planes.shape[1], nd)
     coords = []
     for d in range(nd):
@@ -256,8 +257,9 @@ def fractional_max_pool(
         shape[2 + d], shape[2 + nd + d] = output_size[d], kernel_size[d]
         stride = math.prod(spatial[d + 1 :])
         flat = flat + coords[d].reshape(shape) * stride
-    flat = flat.reshape(planes.shape[0], planes.shape[1], math.prod(output_size), -1)
-    values = jnp.take_along_axis(planes[:, :, :, None], flat.reshape(*flat.shape[:2], -1, 1), axis=2)
+    flat = flat.reshape(planes.shape[0], planes.shape[1], math.prod(output_size), math.prod(kernel_size))
+    windows = flat.reshape(*flat.shape[:2], math.prod(flat.shape[2:]), 1)
+    values = jnp.take_along_axis(planes[:, :, :, None], windows, axis=2)
     values = values.reshape(flat.shape)
     nan = jnp.isnan(values)
     last_nan = values.shape[-1] - 1 - jnp.argmax(nan[..., ::-1], axis=-1)
