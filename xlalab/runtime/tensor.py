@@ -1675,6 +1675,8 @@ def _values_per_masked_element(args: tuple[Any, ...]) -> bool:
     per element it selects (rather than one that broadcasts over them), or with a mask beside
     other indices."""
     x, indices, values = args[0], args[1], args[2]
+    if type(x) is not XlaTensor:  # a CPU tensor written with an xla operand: the two-devices error
+        return False
     given = [(i, m) for i, m in enumerate(indices) if m is not None]
     if not any(m.dtype in (torch.bool, torch.uint8) for _, m in given):
         return False
