@@ -1683,10 +1683,16 @@ def _values_per_masked_element(args: tuple[Any, ...]) -> bool:
     if len(given) != 1:
         return True
     position, mask = given[0]
-    shape = list(values.shape)
-    while len(shape) > x.dim() - position - mask.dim() and shape[0] == 1:
+    return values_per_selected(tuple(values.shape), x.dim() - position - mask.dim())
+
+
+def values_per_selected(values_shape: tuple[int, ...], trailing: int) -> bool:
+    """Whether masked assignment's values (``x[..., mask, ...] = values``, ``trailing`` dims
+    after the mask's) hold one value per selected element rather than broadcasting over them."""
+    shape = list(values_shape)
+    while len(shape) > trailing and shape[0] == 1:
         shape.pop(0)
-    return len(shape) > x.dim() - position - mask.dim()
+    return len(shape) > trailing
 
 
 # Per-op switches to the CPU fallback, e.g. bool-mask indexing whose shape depends on data.
@@ -1869,7 +1875,7 @@ def _overlaps_itself(t: XlaTensor) -> bool:
     return any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride()))
 
 
-# (op, shape, strides) of overlapping writes eager accepted: asked once each.
+# (op, shape, strides, dtype) of overlapping writes eager accepted: asked once each.
 _OVERLAP_ACCEPTED: set[Any] = set()
 
 
@@ -1878,7 +1884,7 @@ def _refuse_as_eager_does(
 ) -> None:
     """Raise eager's error if its CPU kernel refuses this call's write into ``t``: the call is
     made on zeros, ``t`` laid out with its own strides over a storage of its size."""
-    key = (func, tuple(t.shape), t.stride())
+    key = (func, tuple(t.shape), t.stride(), t.dtype)
     if key in _OVERLAP_ACCEPTED:
         return
     extent = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0)

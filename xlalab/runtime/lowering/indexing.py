@@ -23,6 +23,7 @@ from jax import lax
 
 from xlalab.runtime.lowering.elementwise import Scalar, refuse_bool, scaled
 from xlalab.runtime.lowering.registry import lowering
+from xlalab.runtime.tensor import values_per_selected
 
 aten = torch.ops.aten
 
@@ -265,10 +266,9 @@ def _mask_put(x: Array, position: int, mask: Array, values: Array, accumulate: b
     """``x[..., mask, ...] = values`` as a select, when ``values`` does not depend on how
     many elements the mask selects (it broadcasts over the dims after the mask)."""
     trailing = x.ndim - position - mask.ndim
-    while values.ndim > trailing and values.shape[0] == 1:
-        values = values.reshape(values.shape[1:])
-    if values.ndim > trailing:
+    if values_per_selected(values.shape, trailing):  # the CPU fallback takes these (tensor.FALLBACK_IF)
         raise _data_dependent("index_put with one value per selected element")
+    values = values.reshape(values.shape[values.ndim - trailing :]) if values.ndim > trailing else values
     where = mask.astype(jnp.bool_).reshape((1,) * position + mask.shape + (1,) * trailing)
     new = x + values if accumulate else jnp.broadcast_to(values, x.shape)
     return jnp.where(where, new.astype(x.dtype), x)

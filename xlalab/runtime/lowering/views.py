@@ -207,8 +207,7 @@ def _write(base: Any, chain: tuple[Any, ...], src: Any) -> Any:
         positions = jnp.arange(base.size, dtype=jnp.int64).reshape(base.shape)
         for f, t in chain:
             positions = _apply_view(f, positions, t)
-        values = jnp.broadcast_to(src.astype(base.dtype), positions.shape)
-        return jnp.ravel(base).at[jnp.ravel(positions)].set(jnp.ravel(values)).reshape(base.shape)
+        return _scatter_at(base, positions, src.astype(base.dtype))
     args = [_subst(a, []) for a in tpl]
     inner = _apply_view(func, base, tpl)
     new_inner = _write(inner, rest, src)
@@ -236,8 +235,13 @@ def _write(base: Any, chain: tuple[Any, ...], src: Any) -> Any:
         where[dim] = slice(start, max(start, end), step)
         return base.at[tuple(where)].set(new_inner)
     positions = _apply_view(func, jnp.arange(base.size, dtype=jnp.int64).reshape(base.shape), tpl)
-    new_inner = jnp.broadcast_to(new_inner, positions.shape)
-    return jnp.ravel(base).at[jnp.ravel(positions)].set(jnp.ravel(new_inner)).reshape(base.shape)
+    return _scatter_at(base, positions, new_inner)
+
+
+def _scatter_at(base: Any, positions: Any, values: Any) -> Any:
+    """``base`` with ``values`` (broadcast to ``positions``' shape) at those flat positions."""
+    values = jnp.broadcast_to(values, positions.shape)
+    return jnp.ravel(base).at[jnp.ravel(positions)].set(jnp.ravel(values)).reshape(base.shape)
 
 
 def _inverts(name: str) -> bool:
