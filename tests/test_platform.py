@@ -49,3 +49,28 @@ def test_importing_xlalab_starts_no_jax_backend() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", "importing xlalab started JAX's backends: " + out.stdout
+
+
+def _xla_flags_after_start(platform: str, xla_flags: str) -> str:
+    code = (
+        "import os\nfrom xlalab.runtime import backend\n"
+        "try:\n    backend.platform()\nexcept backend.DeviceError:\n    pass\n"
+        "print(os.environ.get('XLA_FLAGS', ''))"
+    )
+    env = dict(os.environ, PJRT_DEVICE=platform, XLA_FLAGS=xla_flags)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_a_gpu_run_asks_xla_for_ieee_division_and_sqrt_keeping_the_users_flags() -> None:
+    # XLA:GPU's own float32 division and sqrt are up to two ulps off; these LLVM options make
+    # them round as eager's do. The user's flags stay, and an option they set themselves wins.
+    ieee = "-nvptx-prec-divf32=2,-nvvm-reflect-add=__CUDA_PREC_SQRT=1"
+    assert _xla_flags_after_start("CUDA", "") == f"--xla_backend_extra_options={ieee}"
+    assert _xla_flags_after_start("CUDA", "--xla_dump_to=/tmp/d --xla_backend_extra_options=-x=1") == (
+        f"--xla_dump_to=/tmp/d --xla_backend_extra_options=-x=1,{ieee}"
+    )
+    mine = "--xla_backend_extra_options=-nvptx-prec-divf32=1"
+    assert _xla_flags_after_start("CUDA", mine) == mine + ",-nvvm-reflect-add=__CUDA_PREC_SQRT=1"
+    assert _xla_flags_after_start("CPU", "--xla_dump_to=/tmp/d") == "--xla_dump_to=/tmp/d"

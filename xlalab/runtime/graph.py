@@ -697,7 +697,7 @@ def compile_graph(
                 lowered = jitted.lower(*_split(datas, donated), scalars)
         else:
             lowered = jax.jit(fn, **options).lower(datas, scalars)
-        executable = lowered.compile()
+        executable = lowered.compile(compiler_options=backend.COMPILER_OPTIONS)
     except Exception as e:
         failure = _failure(graph, "Lowering" if lowered is None else "XLA failed to compile", e, lowered)
         publish_compile_error(graph, f"xla:{graph.key[-1]}", t0, failure)
@@ -789,7 +789,8 @@ def node_executable(
     if fn is not None:
         return fn, None
     t0 = time.perf_counter_ns()
-    fn = jax.jit(lambda *vs, _ins=ins: lower_node(_ins, list(vs))).lower(*vals).compile()
+    lowered = jax.jit(lambda *vs, _ins=ins: lower_node(_ins, list(vs))).lower(*vals)
+    fn = lowered.compile(compiler_options=backend.COMPILER_OPTIONS)
     cache.put(sig, fn)
     return fn, time.perf_counter_ns() - t0
 

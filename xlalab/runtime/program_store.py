@@ -9,7 +9,7 @@ one device use it (``usable``); others have JAX's cache alone.
 
 The text names every node exactly as the in-memory key does (op, typed static arguments, shape,
 dtype, operand positions), plus what else decides the program: the trace settings, the device,
-the versions of torch, JAX and jaxlib, and a fingerprint of xlalab's own runtime sources (a
+the versions of torch, JAX and jaxlib, XLA_FLAGS, and a fingerprint of xlalab's own runtime sources (a
 changed lowering never loads an old program). A file is used only when its stored text equals
 the graph's text, whole; a graph whose arguments have no stable text (an object printed with its
 address) is not stored. Only programs whose tracing and compile took at least ``MIN_SECONDS``
@@ -48,8 +48,9 @@ class _Unstable(Exception):
 
 
 def _fingerprint() -> str:
-    """The versions and runtime sources a stored program was compiled with."""
+    """The versions, XLA flags and runtime sources a stored program was compiled with."""
     digest = hashlib.sha256(f"{_FORMAT}|{torch.__version__}|{jax.__version__}".encode())
+    digest.update(os.environ.get("XLA_FLAGS", "").encode())  # as XLA read them, backends started
     digest.update(getattr(jax.lib, "__version__", jax.__version__).encode())
     root = Path(__file__).resolve().parent
     for path in sorted([*root.glob("*.py"), *root.glob("lowering/*.py")]):

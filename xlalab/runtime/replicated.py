@@ -748,7 +748,7 @@ def _compile(
     lowered = None
     try:
         lowered = jax.jit(fn).lower(datas, scalars)
-        executable = lowered.compile()
+        executable = lowered.compile(compiler_options=backend.COMPILER_OPTIONS)
     except Exception as e:
         what = "Lowering" if lowered is None else "XLA failed to compile"
         failure = graph._failure(first, what, e, lowered)

@@ -172,6 +172,11 @@ def reinterpret(x: Any, target: np.dtype) -> Any:
         parts = reinterpret(x, np.dtype(f"float{target.itemsize * 4}"))
         return _view_as_complex(parts.reshape(*parts.shape[:-1], parts.shape[-1] // 2, 2))
     ratio = max(x.dtype.itemsize, target.itemsize) // min(x.dtype.itemsize, target.itemsize)
+    if ratio > 1:
+        # XLA:GPU aborts the process compiling a size-changing bitcast of a value that is also
+        # a program output ("Check failed: operand_maps.size() == 1", jaxlib 0.11.2), as in
+        # `v = x.view(torch.int16); x.mul_(2)`; a barrier keeps the two out of one fusion.
+        x = lax.optimization_barrier(x)
     if target.itemsize > x.dtype.itemsize:
         # bitcast_convert_type consumes a trailing axis of the size ratio...
         x = x.reshape(*x.shape[:-1], x.shape[-1] // ratio, ratio)
