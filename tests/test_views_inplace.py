@@ -307,3 +307,28 @@ def test_the_conjugate_is_a_view_of_its_base(dev: torch.device) -> None:
 
     for want, got in zip(run("cpu"), run(dev), strict=True):
         assert torch.equal(want, got.cpu()), (want, got)
+
+
+def test_as_strided_of_a_dtype_view_counts_in_the_views_own_elements() -> None:
+    # Sizes, strides and offset of as_strided on x.view(dtype) are in units of that dtype, and
+    # the result keeps it: an int32 view of float32 storage stays int32 (it came back float32),
+    # and an int16 window of float32 storage is written at int16 positions.
+    def program(device: str) -> list[torch.Tensor]:
+        x = torch.arange(8, dtype=torch.float32, device=device)
+        window = x.view(torch.int16).as_strided((2, 2), (4, 1), 2)
+        window.fill_(7)
+        y = torch.arange(12, dtype=torch.float32, device=device).reshape(3, 4)
+        y.view(torch.uint8)[1:].as_strided((3, 2), (1, 8), 3).add_(1)
+        h = torch.arange(8, dtype=torch.int16, device=device) + 0x4000
+        h.view(torch.float32)[1:].as_strided((2,), (1,)).mul_(2)
+        seen = x.view(torch.int16).as_strided((3,), (2,), 1)
+        x.add_(1)  # a later write to the storage is seen through the view
+        return [
+            x.view(torch.int16).as_strided((4,), (4,), 1), x.view(torch.int32).as_strided((2,), (1,), 1),
+            torch.arange(6, dtype=torch.float64, device=device).view(torch.float32).as_strided((2,), (6,)),
+            window, y, h, seen,
+        ]  # fmt: skip
+
+    for want, got in zip(program("cpu"), program("xla"), strict=True):
+        assert (got.dtype, got.shape) == (want.dtype, want.shape)
+        assert torch.equal(want.contiguous().view(torch.uint8), got.cpu().contiguous().view(torch.uint8))

@@ -901,6 +901,12 @@ def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
         parent, chain, layout = base._st.node, (), None
         if len(tpl) < 3 or tpl[2] is None:  # no storage_offset: the view's own, as in eager
             tpl = (*tpl[:2], base._layout[1] if base._layout is not None else 0)
+        if parent.dtype != base.dtype:
+            # A view of another dtype counts its sizes, strides and offset in its own elements:
+            # the storage read as that dtype, flat, is what it addresses.
+            chain = ((aten.view.default, ((-1,),)), (aten.view.dtype, (base.dtype,)))
+            for vfunc, vtpl in chain:
+                parent = _view_node(vfunc, parent, vtpl)
     else:
         parent, layout = value(base), base._layout
     if func is aten.view.dtype and layout is not None:
