@@ -332,3 +332,29 @@ def test_as_strided_of_a_dtype_view_counts_in_the_views_own_elements() -> None:
     for want, got in zip(program("cpu"), program("xla"), strict=True):
         assert (got.dtype, got.shape) == (want.dtype, want.shape)
         assert torch.equal(want.contiguous().view(torch.uint8), got.cpu().contiguous().view(torch.uint8))
+
+
+def test_resize_keeps_the_storage_and_its_views() -> None:
+    # resize_ to the same shape changes nothing (a transpose keeps its strides); to another it
+    # lays the storage's elements out contiguously from the same offset, and, within the
+    # storage, writes through the resized tensor reach its other views (they were copies).
+    def program(device: str) -> list[torch.Tensor]:
+        x = torch.arange(12, dtype=torch.float32, device=device).reshape(3, 4)
+        flat = x.view(-1)
+        x.resize_(2, 2)
+        x.fill_(-1)
+        t = torch.arange(12, dtype=torch.float32, device=device).reshape(3, 4).t()
+        t.resize_(4, 3)
+        strides = torch.tensor(t.stride())
+        y = torch.arange(12, dtype=torch.float32, device=device).reshape(3, 4).t()
+        y.resize_(2, 5)
+        z = torch.arange(12, dtype=torch.float32, device=device)
+        head = z[:6]
+        z.resize_as_(torch.empty(2, 3))
+        z.mul_(2)
+        g = torch.arange(6, dtype=torch.float32, device=device)[2:]
+        g.resize_(2, 3)  # past the storage's end: the kept elements, then new ones
+        return [x, flat, t.contiguous(), strides, y, z, head, g.reshape(-1)[:4]]
+
+    for want, got in zip(program("cpu"), program("xla"), strict=True):
+        assert torch.equal(want, got.cpu()), (want, got.cpu())

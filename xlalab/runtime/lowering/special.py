@@ -17,8 +17,8 @@ Here ``self`` becomes the view instead: it is re-pointed at a view over its own 
 (the mechanism ``out=`` uses to resize an output), so later writes through ``self`` still
 reach the base, as in eager PyTorch.
 
-**Resizing** (``resize_``, ``resize_as_``) re-points ``self`` at its elements in the new
-shape.
+**Resizing** (``resize_``, ``resize_as_``) re-points ``self`` at the storage's elements in
+the new shape.
 
 **In-place ops whose functional twin is not found by name** (``pow_.Scalar`` is
 ``pow.Tensor_Scalar`` in place, not ``pow.Scalar``): recorded as that twin and written back.
@@ -74,18 +74,27 @@ INPLACE_TWINS: dict[OpOverload, OpOverload] = {
 
 
 def _resize_(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``resize_``/``resize_as_``: ``self`` takes the new shape over its elements in order
-    (new trailing elements are zeros; eager leaves them uninitialized)."""
+    """``resize_``/``resize_as_`` as eager resizes: the same shape changes nothing (strides
+    included); another becomes contiguous at the same storage offset, over the storage's elements
+    in storage order. Within the storage it stays a view of it, so writes reach the other views
+    of that storage; past its end the storage grows (new elements are zeros, eager leaves them
+    uninitialized) into a storage of ``self``'s own, which views made before no longer share."""
     self = args[0]
     size = tuple(args[1].shape) if func is aten.resize_as_.default else tuple(args[1])
+    if size == tuple(self.shape):
+        return self
     n = math.prod(size)
-    flat = self.detach().reshape(-1)
-    if n <= flat.numel():
-        new = flat[:n].reshape(size).clone()
+    offset = self._layout[1] if self._layout is not None else 0
+    root = self._st.node
+    stored = math.prod(root.shape or ()) * root.dtype.itemsize // self.dtype.itemsize  # in self's elements
+    if offset + n <= stored:
+        strides = tuple(math.prod(size[i + 1 :]) for i in range(len(size)))
+        new = rt._view(aten.as_strided.default, (self, size, strides, offset), {})
     else:
-        new = torch.cat([flat, flat.new_zeros(n - flat.numel())]).reshape(size)
+        kept = rt._view(aten.as_strided.default, (self, (max(stored - offset, 0),), (1,), offset), {})
+        new = torch.cat([kept.detach(), kept.new_zeros(n - kept.numel())]).reshape(size)
     torch._C.TensorBase.data.__set__(self, new)  # type: ignore[attr-defined]
-    self._st, self._chain, self._vcache = new._st, new._chain, new._vcache
+    self._st, self._chain, self._vcache, self._layout = new._st, new._chain, new._vcache, new._layout
     rt.metrics.count(rt.info(func).counter)
     return self
 
