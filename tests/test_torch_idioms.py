@@ -238,6 +238,33 @@ def test_set_makes_an_alias(dev: torch.device) -> None:
     assert run(dev) == run("cpu")
 
 
+def test_is_set_to_tells_the_same_view_of_one_storage(dev: torch.device) -> None:
+    def run(d: Any) -> list[bool]:
+        a, b = torch.arange(6.0, device=d), torch.empty(0, device=d)
+        b.set_(a)
+        window = torch.empty(0, device=d)
+        window.set_(a.as_strided((2,), (1,), 2))
+        return [b.is_set_to(a), a.is_set_to(b), a.is_set_to(a[:2]), window.is_set_to(a[2:4]),
+                window.is_set_to(a), a.is_set_to(torch.arange(6.0, device=d))]  # fmt: skip
+
+    assert run(dev) == run("cpu")
+
+
+def test_set_with_a_storage_says_what_works_instead(dev: torch.device) -> None:
+    a = torch.arange(6.0, device=dev)
+    with pytest.raises(NotImplementedError, match=r"b.set_\(a.as_strided\(size, stride, storage_offset\)\)"):
+        torch.empty(0, device=dev).set_(a, 2, (2,), (1,))
+
+
+def test_deepcopy_takes_graph_leaves_only_as_eager_does(dev: torch.device) -> None:
+    import copy
+
+    x = torch.ones(3, device=dev, requires_grad=True)
+    with pytest.raises(RuntimeError, match="Only Tensors created explicitly by the user"):
+        copy.deepcopy(x * 2)
+    assert copy.deepcopy(x).requires_grad and copy.copy(x * 2).requires_grad
+
+
 def test_an_inplace_op_on_a_cpu_tensor_with_an_xla_operand_names_the_devices(dev: torch.device) -> None:
     with pytest.raises(RuntimeError, match="found at least two devices, xla:0 and cpu"):
         torch.zeros(3).add_(torch.ones(3, device=dev))

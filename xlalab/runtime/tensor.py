@@ -146,9 +146,14 @@ class XlaTensor(torch.Tensor):
 
     # ---- the seeds' caveat: copy.copy of an xla tensor is a deep copy
     def __copy__(self) -> torch.Tensor:
-        return self.__deepcopy__({})
+        return self._copied({})
 
     def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
+        if not self.is_leaf:
+            raise _eager_deepcopy_error()  # eager deep-copies graph leaves only
+        return self._copied(memo)
+
+    def _copied(self, memo: dict[int, Any]) -> torch.Tensor:
         if id(self) in memo:
             return memo[id(self)]
         with torch.no_grad():
@@ -177,6 +182,17 @@ class XlaTensor(torch.Tensor):
             torch._utils._rebuild_device_tensor_from_cpu_tensor,
             (host, self.dtype, str(self.device), self.requires_grad),
         )
+
+
+def _eager_deepcopy_error() -> RuntimeError:
+    """The error eager raises deep-copying a tensor that is not a graph leaf (its own words)."""
+    import copy
+
+    try:
+        copy.deepcopy(torch.zeros(1, requires_grad=True) * 1)
+    except RuntimeError as e:
+        return RuntimeError(str(e))
+    return RuntimeError("only graph leaves can be deep-copied")
 
 
 class _StorageIdentity:
@@ -1044,6 +1060,24 @@ def _set_source(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any])
     return self
 
 
+def _set_storage(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # torch turns b.set_(a, offset, size, stride) into this call with a's storage, which for an
+    # xla tensor is no memory to point at.
+    raise NotImplementedError(
+        "set_ with a storage, or with (source, storage_offset, size, stride): an xla tensor's "
+        "storage is no host memory to point at. Use b.set_(a.as_strided(size, stride, "
+        "storage_offset)), which makes b that view of a's storage, or b.set_(a) to share a's."
+    )
+
+
+def _is_set_to(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether both tensors are the same view of one storage: storage, offset, sizes, strides."""
+    a, b = args[0], args[1]
+    if not (isinstance(a, XlaTensor) and isinstance(b, XlaTensor)) or a._st is not b._st:
+        return False
+    return (a.shape, a.stride(), a.storage_offset()) == (b.shape, b.stride(), b.storage_offset())
+
+
 def _lift_fresh(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A tensor torch built from Python data (``x[[1, 2]]``'s index list). While dynamo traces
     with fake tensors, the xla tensor torch built below the Python key becomes a fake one like
@@ -1640,6 +1674,9 @@ _SPECIAL: dict[OpOverload, Handler] = {
     aten.randint_like.default: _random_like(lambda t, a: t.random_(0, a["high"])),
     aten.randint_like.low_dtype: _random_like(lambda t, a: t.random_(a["low"], a["high"])),
     aten.set_.source_Tensor: _set_source,
+    aten.set_.source_Storage: _set_storage,
+    aten.set_.source_Storage_storage_offset: _set_storage,
+    aten.is_set_to.default: _is_set_to,
     aten._native_multi_head_attention.default: _native_multi_head_attention,
     aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer_fwd,
     aten._nested_tensor_from_mask_left_aligned.default: _dense_path,
