@@ -44,18 +44,18 @@ def _available_platforms() -> list[str]:
 _applied: dict[str, Any] = {}  # the settings in force once the backends started
 
 
-# XLA:GPU compiles float32 division as PTX's div.full (up to two ulps off) and square root
-# through libdevice's approximate path, where eager CUDA and eager CPU round both correctly. On
-# an H200 (jaxlib 0.11.2) 29% of random float32 quotients, 14% of reciprocals and 17% of square
-# roots came out an ulp off, and 0.15% of truncating divisions a whole unit off. These LLVM
-# options make XLA's GPU code divide and take roots as IEEE rounds them; XLA reads XLA_FLAGS once,
-# when JAX's backends start, so they are added then (an option the user set is left as set).
 # XLA may skip a rounding the program asks for ("excess precision": a bfloat16 product kept in
 # float32 into the next op). Eager rounds every op's result to its dtype, and so must every
 # program: on an H200, 16 of 27 half-precision exactness checks (log_softmax, logit, linspace, an
 # integer operand rounded to the half type first) differed from eager with it allowed.
 COMPILER_OPTIONS: dict[str, Any] = {"xla_allow_excess_precision": False}
 
+# XLA:GPU compiles float32 division as PTX's div.full (up to two ulps off) and square root
+# through libdevice's approximate path, where eager CUDA and eager CPU round both correctly. On
+# an H200 (jaxlib 0.11.2) 29% of random float32 quotients, 14% of reciprocals and 17% of square
+# roots came out an ulp off, and 0.15% of truncating divisions a whole unit off. These LLVM
+# options make XLA's GPU code divide and take roots as IEEE rounds them; XLA reads XLA_FLAGS once,
+# when JAX's backends start, so they are added then (an option the user set is left as set).
 GPU_IEEE_OPTIONS = ("-nvptx-prec-divf32=2", "-nvvm-reflect-add=__CUDA_PREC_SQRT=1")
 _BACKEND_OPTIONS = "--xla_backend_extra_options="
 
