@@ -536,6 +536,23 @@ def dynamic(x):
     total = (idx * 4 - 1).sum()
     xm.mark_step()
     return total
+
+def masked(x):
+    kept = x[x > 0]  # MASK
+    total = (kept * 4 - 1).sum()
+    xm.mark_step()
+    return total
+
+def window(i, n):
+    out = (w * 6)[i : i + 2, :n].sum()  # WINDOW
+    xm.mark_step()
+    return out
+
+def batch(n):
+    data = torch.ones(n, 8).to(dev)  # BATCH
+    out = (data * w[0]).sum()
+    xm.mark_step()
+    return out
 """
 
 
@@ -610,6 +627,37 @@ def test_a_data_dependent_shape_names_the_op_that_made_it(causes: tuple[Shell, i
         "idx: s64[3,1] → s64[2,1])"
     ) in out
     assert f"  at cell [{defined}], line {line} in dynamic: idx = torch.nonzero(x > 0)" in out
+
+
+def test_a_boolean_mask_index_is_data_dependent_with_a_fixed_shape_form(causes: tuple[Shell, int]) -> None:
+    shell, defined = causes
+    shell.ok("x = torch.tensor([1.0, -1.0, 2.0, 3.0], device=dev)\nfor _ in range(2):\n    masked(x)")
+    out = shell.ok("masked(torch.tensor([1.0, -1.0, -2.0, 3.0], device=dev))")
+    assert "xlalab: Recompiled" not in out and "xlalab: aten::index ran on the CPU" in out, out
+    assert "aten::index: indexing with a boolean mask: the result's shape depends on the mask's values" in out
+    assert "has no XLA lowering" not in out, out
+    assert "torch.where(mask, x, 0)" in out, out
+    assert "so the step recompiles as that shape changes (Recompiled: an input's shape changed" in out, out
+    assert f"  at cell [{defined}], line {_cell_line(CAUSES, 'MASK')} in masked: kept = x[x > 0]" in out
+
+
+def test_a_shape_changing_every_step_is_one_finding_that_counts_the_steps(causes: tuple[Shell, int]) -> None:
+    shell, defined = causes
+    out = shell.ok("for n in range(2, 8):\n    batch(n)")
+    assert out.count("xlalab: Recompiled") == 1, out
+    # (the second graph at a place is warm-up, as the optimizer's state appearing at step 2)
+    assert "xlalab: Recompiled: an input's shape changed (4 times)" in out, out
+    assert "data: f32[3,8] → f32[4,8]; ...; data: f32[6,8] → f32[7,8]" in out, out
+    assert "pad the input to a fixed size" in out, out
+    assert f"  at cell [{defined}], line {_cell_line(CAUSES, 'BATCH')} in batch:" in out, out
+
+
+def test_every_integer_that_changed_is_named_not_only_the_first(causes: tuple[Shell, int]) -> None:
+    shell, _ = causes
+    shell.ok("for _ in range(2):\n    window(0, 3)")
+    out = shell.ok("window(1, 5)")
+    assert "aten::slice start: 0 → 1" in out, out
+    assert "also changed: end: 2 → 3; aten::slice end: 3 → 5" in out, out
 
 
 def test_a_precision_warning_names_the_cell_not_a_temporary_file(shell: Shell) -> None:

@@ -174,6 +174,8 @@ class Change:
     arg: str = ""  # for baked_value: the argument's name in the op's schema
     extra: tuple[int, ...] = ()
     dropped: tuple[int, ...] = ()
+    # for baked_value: the node's other changed arguments and later nodes' changed ones, in words
+    also: tuple[str, ...] = ()
 
 
 def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
@@ -212,7 +214,9 @@ def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
             (name, was), (_, now) = changed[0]
             if len(a.consts) != len(b.consts):
                 name, was, now = "arguments", _args_str(a.consts), _args_str(b.consts)
-            return Change("baked_value", i, b.name, was, now, b.made, arg=name)
+            also = [f"{n}: {x} → {y}" for (n, x), (_, y) in changed[1:]]
+            also += [_baked(x, y) for x, y in zip(old[i + 1 :], new[i + 1 :]) if _same_but_baked(x, y)]
+            return Change("baked_value", i, b.name, was, now, b.made, arg=name, also=tuple(also))
         if a.type != b.type:
             return Change("output_shape", i, b.name, a.type, b.type, b.made)
         return Change("baked_value", i, b.name, a.type, b.type, b.made)
@@ -267,3 +271,13 @@ def _outputs(n: int) -> str:
 
 def _args_str(consts: Sequence[tuple[str, str]]) -> str:
     return ", ".join(f"{k}={v}" for k, v in consts)
+
+
+def _same_but_baked(a: NodeSig, b: NodeSig) -> bool:
+    """The same op with the same number of static arguments, some of them changed."""
+    return a.name == b.name and a.consts != b.consts and len(a.consts) == len(b.consts)
+
+
+def _baked(a: NodeSig, b: NodeSig) -> str:
+    changed = ", ".join(f"{n}: {x} → {y}" for (n, x), (_, y) in zip(a.consts, b.consts) if x != y)
+    return f"{b.name} {changed}"

@@ -56,7 +56,14 @@ STATIC_FORMS = {
     "aten::nonzero": "torch.nonzero_static(x, size=N) keeps a fixed shape and runs on the device "
     "(rows past the count hold fill_value)",
     "aten::masked_select": "torch.where(mask, x, 0) keeps x's shape and runs on the device",
+    "aten::index": "x[mask] has as many rows as the mask selects: torch.where(mask, x, 0) (or a "
+    "loss's ignore_index, a sum weighted by the mask) keeps x's shape and runs on the device",
 }
+# A masked index_put the autograd engine makes is the backward of x[mask] in the forward.
+MASK_BACKWARD = (
+    "it is the backward of a boolean-mask index (x[mask]) in the forward: torch.where(mask, x, 0) "
+    "there keeps both on the device"
+)
 KEEP_GRAPHS = 32
 # Compiled mode (xlalab.dynamo) events, told apart by kind and compile reason: the watcher reads
 # their fields by name, so the notebook layer does not import the dynamo package.
@@ -176,6 +183,7 @@ class Watcher:
         # Reads that ran pending IR since the last step barrier: (reason, user frames).
         self._step_reads: list[tuple[str, list[Frame]]] = []
         self._folded_changes: dict[int, list[str]] = {}  # finding id -> recompilations said under it
+        self._changes: dict[int, list[str]] = {}  # recompile finding id -> each change it counts
         self._unchecked: events.CompileEvent | None = None  # a new SPMD program, until it runs
         self._dynamo_graphs: dict[str, int] = {}  # compiled function -> graphs dynamo captured of it
         self._dynamic_ops: dict[Frame, str] = {}  # lines whose CPU fallback has a data-dependent shape
@@ -204,6 +212,7 @@ class Watcher:
                 USAGE.clear()  # the panel's SPMD figures count from the clear, as its metrics do
             self.findings.clear()
             self._keyed.clear()
+            self._changes.clear()
             self.cell_findings.clear()
 
     def start_cell(self) -> None:
@@ -427,8 +436,15 @@ class Watcher:
             f"{site.compiles} graphs compiled at {self._label(site_frame)} so far; this one took "
             f"{ev.seconds:.2f} s"
         )
+        if cause.kind == "input_shape":
+            cause.details.append(
+                "each new shape compiles a new graph: pad the input to a fixed size (or to a few "
+                "bucket sizes) and mask the padding"
+            )
+        # One finding per place, kind of change and line: a loop whose every step changes a shape
+        # is one finding that counts the steps and says the first and the latest changes.
         finding = self._finding(
-            ("recompile", site_frame, cause.title, cause.message),
+            ("recompile", site_frame, cause.title, cause.where),
             "recompile",
             f"Recompiled: {cause.title}",
             cause.message,
@@ -436,6 +452,10 @@ class Watcher:
             hex_hash(ev.graph_hash),
             cause.details,
         )
+        changes = self._changes.setdefault(finding.id, [])
+        changes.append(cause.message)
+        if len(changes) > 1:
+            finding.message = f"{changes[0]}; ...; {changes[-1]}" if len(changes) > 2 else "; ".join(changes)
         finding.previous_graph_hash = hex_hash(previous_hash)
         return finding
 
@@ -595,6 +615,9 @@ class Watcher:
                 "(pad to a fixed size), or pass it as a tensor"
             )
             details += [no_lines] if no_lines else []
+            if change.also:  # fixing the first alone would still recompile: name them all
+                shown = "; ".join(change.also[:3]) + ("; ..." if len(change.also) > 3 else "")
+                details.insert(0, f"also changed: {shown}")
             return _Cause(
                 "baked_value",
                 "an integer baked into the graph changed",
@@ -760,23 +783,27 @@ class Watcher:
             return None
         frames = self.cells.user_frames(ev.frames)
         site = frames[0] if frames else None
-        if ev.op in DYNAMIC_SHAPE_OPS and site is not None:
+        dynamic = ev.op in DYNAMIC_SHAPE_OPS or ev.data_dependent
+        if dynamic and site is not None:
             self._dynamic_ops[site] = ev.op
         details = ["its inputs were copied to the host, the op ran in eager PyTorch, the result came back"]
         inside = getattr(ev, "inside", None)
         if inside is not None:  # a library called it: say which line, which the user cannot see
             details.insert(0, f"the call is inside {self._library_line(inside)}")
-        if ev.op in DYNAMIC_SHAPE_OPS:
+        if dynamic:
             details.append(
                 "its output shape depends on the data, so graphs that use it recompile as it changes"
             )
             if ev.op in STATIC_FORMS:
                 details.append(STATIC_FORMS[ev.op])
+        elif "boolean mask" in ev.reason and inside is not None and "torch/autograd/" in inside.file:
+            details.append(MASK_BACKWARD)
+        plain = not ev.reason or ev.reason == "no XLA lowering"
         return self._finding(
             ("fallback", ev.op, site),
             "fallback",
             f"{ev.op} ran on the CPU",
-            f"{ev.op} has no XLA lowering",
+            f"{ev.op} has no XLA lowering" if plain else f"{ev.op}: {ev.reason}",
             frames,
             "",
             details,

@@ -94,6 +94,10 @@ class FallbackEvent(Event):
     seconds: float = 0.0
     # The library line that called the op, when a library did (as SyncEvent.inside).
     inside: Frame | None = None
+    # Why it ran on the CPU, in words; data_dependent: its output shape depends on its inputs'
+    # values (a boolean mask's), so XLA cannot compile it.
+    reason: str = ""
+    data_dependent: bool = False
 
 
 @dataclass(frozen=True)

@@ -1150,7 +1150,7 @@ def _check_memory_format(src: Any, memory_format: Any) -> None:
 
 def _local_scalar_dense(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     metrics.count("aten::_local_scalar_dense")
-    _publish_fallback("aten::_local_scalar_dense", 0.0)
+    _publish_fallback(func, args, "aten::_local_scalar_dense", 0.0)
     return to_cpu(args[0], "item").item()
 
 
@@ -1447,7 +1447,7 @@ def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         result = tuple(o if i in on_cpu else back(o) for i, o in enumerate(out))
     else:
         result = back(out)
-    _publish_fallback(name, time.perf_counter() - t0)
+    _publish_fallback(func, args, name, time.perf_counter() - t0)
     return result
 
 
@@ -1459,11 +1459,39 @@ CPU_OUTPUTS: dict[OpOverload, tuple[int, ...]] = {
 }
 
 
-def _publish_fallback(name: str, seconds: float) -> None:
+def _publish_fallback(func: OpOverload, args: tuple[Any, ...], name: str, seconds: float) -> None:
     if events.listening():
+        reason, data_dependent = fallback_reason(func, args)
         events.publish(
-            events.FallbackEvent(op=name, seconds=seconds, frames=user_frames(), inside=library_caller())
+            events.FallbackEvent(
+                op=name,
+                seconds=seconds,
+                frames=user_frames(),
+                inside=library_caller(),
+                reason=reason,
+                data_dependent=data_dependent,
+            )
         )
+
+
+def _has_mask(indices: Any) -> bool:
+    return isinstance(indices, (list, tuple)) and any(
+        isinstance(m, torch.Tensor) and m.dtype in (torch.bool, torch.uint8) for m in indices
+    )
+
+
+def fallback_reason(func: OpOverload, args: tuple[Any, ...]) -> tuple[str, bool]:
+    """Why ``func`` ran on the CPU, in words, and whether its output shape depends on its
+    inputs' values."""
+    if func is aten.index.Tensor and len(args) > 1 and _has_mask(args[1]):
+        return "indexing with a boolean mask: the result's shape depends on the mask's values", True
+    if func in _INDEX_PUTS and len(args) > 2 and _has_mask(args[1]) and _values_per_masked_element(args):
+        return "one value per element a boolean mask selects: how many depends on the mask's values", False
+    if func in FALLBACK_IF:
+        return "xlalab lowers this op, but not this variant of it (eager's kernel gives the result)", False
+    if func in LOWERINGS:
+        return "xlalab's lowering does not cover this call (eager's CPU kernel ran it)", False
+    return "no XLA lowering", False
 
 
 def _flat(args: Any, kwargs: dict[str, Any]) -> list[Any]:
