@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib
 import inspect
 import subprocess
 import sys
@@ -957,3 +958,17 @@ def test_a_view_argument_keeps_its_strides_and_offset_under_dynamic_shapes() -> 
     assert torch.equal(chunk(rows.to("xla")[1:3]).cpu(), rows[1:3].chunk(2, 1)[1])
     layout = torch.compile(lambda a: (a.stride(), a.storage_offset()), backend="xlalab", dynamic=True)
     assert layout(rows.to("xla")[:, 1::2]) == ((6, 2), 1)
+
+
+def test_inductor_modes_and_options_are_accepted_with_a_warning(dev: torch.device) -> None:
+    # torch.compile hands mode= and options= to the backend; they are inductor's settings.
+    dynamo.reset()
+    backend_module = importlib.import_module("xlalab.dynamo.backend")  # the package exports the function
+    settings: list[dict[str, Any]] = [{"mode": "reduce-overhead"}, {"mode": "max-autotune"}]
+    for kwargs in [*settings, {"options": {"shape_padding": True}}]:
+        backend_module._WARNED_SETTINGS.clear()
+        f = torch.compile(lambda x: x.sin() + 1, backend="xlalab", **kwargs)
+        with pytest.warns(UserWarning, match="has no effect with backend='xlalab'"):
+            got = f(torch.arange(3.0, device=dev))
+        assert torch.equal(got.cpu(), torch.arange(3.0).sin() + 1)
+        dynamo.reset()

@@ -8,12 +8,14 @@ backward graph; each of those becomes one compiled program (``executable.Compile
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 from torch import fx
 
 from ..runtime import checks, control_flow
+from ..runtime.frames import user_frames
 from ..runtime.lowering.prims import register_inductor_prims
 from . import integration, report
 from .executable import CompiledGraph
@@ -105,6 +107,7 @@ def backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Cal
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
+    _ignore_inductor_settings(kwargs)
     integration.install()
     control_flow.eager_rules()  # higher-order operators made since the runtime started
     register_inductor_prims()  # dynamo writes some in-place ops as inductor's prims.fma
@@ -129,6 +132,30 @@ def backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Cal
         if mixed is None:
             raise
         raise RuntimeError(mixed) from e
+
+
+_WARNED_SETTINGS: set[str] = set()
+
+
+def _ignore_inductor_settings(kwargs: dict[str, Any]) -> None:
+    """torch.compile hands ``mode=`` and ``options=`` to the backend: they choose inductor's and
+    CUDA graphs' behaviour, which XLA programs do not have (each graph is one program already).
+    Accepted and left out, as torch's own eager backends do, with a warning once per setting."""
+    for name in ("mode", "options"):
+        if name in kwargs:
+            value = kwargs.pop(name)
+            if value and name not in _WARNED_SETTINGS:
+                _WARNED_SETTINGS.add(name)
+                message = (
+                    f"torch.compile(..., {name}={value!r}) has no effect with backend='xlalab': "
+                    "it sets inductor's and CUDA graphs' behaviour, and every graph here is "
+                    "compiled by XLA into one program."
+                )
+                at = user_frames()  # the call that compiled, not dynamo's machinery
+                if at:
+                    warnings.warn_explicit(message, UserWarning, at[0].file, at[0].line)
+                else:
+                    warnings.warn(message, stacklevel=2)
 
 
 # What torch's autograd engine asserts when a traced backward crosses devices (an xla input
