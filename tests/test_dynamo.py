@@ -972,3 +972,20 @@ def test_inductor_modes_and_options_are_accepted_with_a_warning(dev: torch.devic
             got = f(torch.arange(3.0, device=dev))
         assert torch.equal(got.cpu(), torch.arange(3.0).sin() + 1)
         dynamo.reset()
+
+
+def test_an_output_that_is_a_view_of_another_output_stays_its_view(dev: torch.device) -> None:
+    # Eager (and AOTAutograd on the CPU) return y[0] and y[1:] as views of y: a later write to y
+    # shows through them. A compiled program computes each output; these are made views of y.
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = x * 2
+        return y, y[0], y[1:], y.t()
+
+    dynamo.reset()
+    results = []
+    for fn, d in ((f, "cpu"), (torch.compile(f, backend="xlalab"), dev)):
+        y, first, rest, t = fn(torch.arange(6.0, device=d).reshape(3, 2))
+        y.add_(1)
+        results.append([first.cpu(), rest.cpu(), t.cpu(), torch.tensor([first._base is y, t._base is y])])
+    for want, got in zip(*results, strict=True):
+        assert torch.equal(want, got), (want, got)

@@ -138,7 +138,9 @@ def _key(args: Sequence[Any]) -> tuple[Any, ...]:
 
 @dataclass
 class _Output:
-    kind: str  # "root" (an executable output), "input" (an argument itself) or "const"
+    # "root" (an executable output), "input" (an argument itself), "const", or "view": a view of
+    # output ``index`` (strides and offset in ``layout``), so that it aliases it as in eager
+    kind: str
     index: int = 0
     shape: tuple[int, ...] = ()
     dtype: torch.dtype = torch.float32
@@ -252,6 +254,9 @@ class Variant:
                 results.append(tensor.to_cpu(t, "dynamo_output") if o.cpu else t)
             elif o.kind == "input":
                 results.append(args[o.index])
+            elif o.kind == "view":
+                assert o.layout is not None
+                results.append(results[o.index].as_strided(o.shape, *o.layout))
             elif isinstance(o.value, torch.Tensor):
                 results.append(o.value.clone())  # a fresh tensor per call, as eager makes one
             else:
@@ -415,8 +420,15 @@ def trace(gm: fx.GraphModule, args: Sequence[Any], dev: int, name: str) -> Varia
     outputs: list[_Output] = []
     by_placeholder = {id(p): k for k, p in enumerate(placeholders) if isinstance(p, torch.Tensor)}
     storages = {id(p._st) for p in placeholders if isinstance(p, XlaTensor)}
+    made_here: dict[int, int] = {}  # storage -> the output that is that storage's whole value
     for i, o in enumerate(outs):
         meta = out_metas[i] if i < len(out_metas) else None
+        base = made_here.get(id(o._st)) if isinstance(o, XlaTensor) and o._chain else None
+        if base is not None and o.dtype == outs[base].dtype:
+            # A view of another output (``return y, y[0]``) stays its view, as eager returns it.
+            within = (tuple(o.stride()), int(o.storage_offset()))
+            outputs.append(_Output("view", base, tuple(o.shape), o.dtype, layout=within))
+            continue
         if (
             isinstance(o, XlaTensor)
             and id(o) in by_placeholder
@@ -429,6 +441,8 @@ def trace(gm: fx.GraphModule, args: Sequence[Any], dev: int, name: str) -> Varia
             layout = (tuple(o.stride()), int(o.storage_offset())) if view else None
             outputs.append(_Output("root", len(roots), tuple(o.shape), o.dtype, cpu, layout=layout))
             roots.append(tensor.value(o))
+            if not o._chain and not cpu and id(o._st) not in storages:
+                made_here.setdefault(id(o._st), i)
         else:
             outputs.append(_Output("const", value=o))
     mutations: list[tuple[int, int, tuple[int, ...], torch.dtype]] = []
