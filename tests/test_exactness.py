@@ -407,6 +407,22 @@ def test_checked_indices_raise_where_eager_raises(op: str, checked_indices: Any)
     xm.mark_step()
 
 
+def test_checked_class_targets_raise_as_eager_and_ignore_index_is_exempt(checked_indices: Any) -> None:
+    logits, images = torch.randn(3, 4), torch.randn(2, 4, 2, 2)
+    targets, pixels = torch.tensor([0, 7, -100]), torch.tensor([[[0, 1], [2, 9]], [[3, 3], [0, 1]]])
+    for call in (lambda d: F.cross_entropy(logits.to(d), targets.to(d)),
+                 lambda d: F.cross_entropy(images.to(d), pixels.to(d))):  # fmt: skip
+        with pytest.raises(IndexError):
+            call("cpu")
+        with pytest.raises(IndexError, match=r"a target is out of bounds for 4 classes \(ignore_index -100"):
+            call(DEV).cpu()
+    kept = torch.tensor([0, 3, -100])  # in range, or the ignored class: eager's value, no error
+    same(F.cross_entropy(logits, kept), F.cross_entropy(logits.to(DEV), kept.to(DEV)))
+    same(F.nll_loss(logits, torch.tensor([5, 1, 2]), ignore_index=5),
+         F.nll_loss(logits.to(DEV), torch.tensor([5, 1, 2], device=DEV), ignore_index=5))  # fmt: skip
+    xm.mark_step()
+
+
 def test_unchecked_indices_are_clamped_by_xla_and_the_docs_say_so() -> None:
     assert not config.get("XLALAB_CHECK_INDICES")
     x = torch.arange(5.0, device=DEV)

@@ -33,6 +33,9 @@ def _dim(args: tuple[Any, ...], i: int) -> int:
 def _indexed(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[Any, int, bool]]:
     """(index tensor, size of the dimension it indexes, negatives allowed) for an indexing call."""
     self = args[0]
+    if func in (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default):
+        # a class per target (cross_entropy's); ignore_index is exempt (see _exempt)
+        return [(args[1], self.shape[1] if self.dim() >= 2 else self.shape[0], False)]
     if func in (aten.index.Tensor, aten._unsafe_index.Tensor, aten.index_put.default,
                 aten._index_put_impl.default, aten._unsafe_index_put.default):  # fmt: skip
         indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
@@ -62,20 +65,34 @@ def note(
     if not indexed:
         return
     where = checks.where()
+    exempt = _exempt(func, args, kwargs)
     for index, size, negative_ok in indexed:
         src = node_of(index)
         if src is None or index.dtype.is_floating_point or index.dtype is torch.bool:
             continue
         lo = -size if negative_ok else 0
-        node = ir.Node(CHECK, (src,), (lo, size), (), torch.bool, src.device)
+        node = ir.Node(CHECK, (src,), (lo, size, exempt), (), torch.bool, src.device)
+        what = (
+            f"a target is out of bounds for {size} classes (ignore_index {exempt} aside)"
+            if exempt is not None
+            else f"index out of range in self, a dimension of size {size}"
+        )
         message = (
-            f"{func._schema.name}: index out of range in self, a dimension of size {size} (made at "
-            f"{where}). Eager PyTorch raises here; XLA would have clamped it (XLALAB_CHECK_INDICES is on)."
+            f"{func._schema.name}: {what} (made at {where}). Eager PyTorch raises here; XLA would "
+            "have clamped it (XLALAB_CHECK_INDICES is on)."
         )
         checks.add(checks.Check(node, IndexError, message))
 
 
+def _exempt(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    """The one index value exempt from the range (a loss's ignore_index), or None."""
+    if func in (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default):
+        return int(args[4]) if len(args) > 4 else int(kwargs.get("ignore_index", -100))
+    return None
+
+
 def lower(vals: list[Any], arg: Any, shape: Any, dtype: Any) -> Any:
-    lo, hi = arg
+    lo, hi, exempt = arg
     index = vals[0]
-    return jnp.any((index < lo) | (index >= hi))
+    bad = (index < lo) | (index >= hi)
+    return jnp.any(bad & (index != exempt) if exempt is not None else bad)
