@@ -155,7 +155,8 @@ declare(
     "XLALAB_CHECK_INDICES",
     bool,
     False,
-    "Check indices of indexing ops (x[idx], index_select, gather, embedding, scatter, index_put...) on "
+    "Check indices of indexing ops (x[idx], index_select, gather, embedding, scatter, index_put...) and "
+    "class targets of nll_loss/cross_entropy (ignore_index exempt) on "
     "the device: an index out of range raises IndexError at the sync, naming the op and the line that "
     "made it. Off, XLA clamps such indices (or fills with NaN) silently, where eager PyTorch raises.",
 )
