@@ -987,6 +987,27 @@ def test_division_by_a_number_a_0d_tensor_or_a_column_is_correctly_rounded(dtype
         assert _same_bits(want, got), (want, got.cpu())
 
 
+def test_float32_tanh_reaches_one_where_eagers_does_and_its_gradient_stays_nonzero() -> None:
+    # XLA's float32 tanh returned ±1 from |x| = 7.9 on (eager: from 9.01), so 1 - tanh² was 0
+    # there: gelu(approximate="tanh")'s gradient at x = ±5 lost its 2e-6 tail. Elsewhere it was up
+    # to 4.5 ulps off; from |x| = 0.625 on it is within an ulp of the correctly rounded value.
+    x = torch.linspace(7.0, 10.0, 3001)
+    got = torch.tanh(x.to(DEV)).cpu()
+    assert torch.equal(got == 1, torch.tanh(x) == 1)
+    wide = torch.linspace(0.625, 10.0, 20001)
+    exact = torch.tanh(wide.double()).float()
+    assert (torch.tanh(wide.to(DEV)).cpu() - exact).abs().div(torch.finfo().eps * exact).max() <= 1
+    assert torch.equal(torch.tanh(-x.to(DEV)).cpu(), -got)
+    ends = torch.tensor([float("inf"), -float("inf"), float("nan")])
+    same(torch.tanh(ends), torch.tanh(ends.to(DEV)))
+    a = torch.tensor([-5.0, 5.0, -6.0, 6.0], requires_grad=True)
+    b = a.detach().to(DEV).requires_grad_()
+    F.gelu(a, approximate="tanh").sum().backward()
+    F.gelu(b, approximate="tanh").sum().backward()
+    assert a.grad is not None and b.grad is not None
+    torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=1e-6, atol=1e-9)
+
+
 def test_float32_division_reciprocal_and_sqrt_round_as_ieee_does() -> None:
     # XLA:GPU's own float32 division and sqrt are up to two ulps off (29% and 17% of random
     # values on an H200), which a truncating division turns into a whole unit; the reference is

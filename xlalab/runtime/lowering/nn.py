@@ -29,6 +29,7 @@ from xlalab.runtime.lowering.elementwise import (
     larger,
     safe_exp,
     smaller,
+    tanh,
 )
 from xlalab.runtime.lowering.pooling import expand
 from xlalab.runtime.lowering.reductions import axes, shifted_mean
@@ -755,7 +756,7 @@ def _gelu(x: Array, approximate: str = "none") -> Array:
     xf = compute_float(x)
     if approximate == "tanh":
         inner = _GELU_TANH_BETA * (xf + _GELU_TANH_KAPPA * xf * xf * xf)
-        return (0.5 * xf * (1 + jnp.tanh(inner))).astype(x.dtype)
+        return (0.5 * xf * (1 + tanh(inner))).astype(x.dtype)
     return (xf * 0.5 * (1 + lax.erf(xf * _SQRT1_2))).astype(x.dtype)
 
 
@@ -764,7 +765,7 @@ def _gelu_backward(grad_output: Array, x: Array, approximate: str = "none") -> A
     xf, g = compute_float(x), compute_float(grad_output)
     if approximate == "tanh":
         x_sq = xf * xf
-        t = jnp.tanh(_GELU_TANH_BETA * (xf + _GELU_TANH_KAPPA * x_sq * xf))
+        t = tanh(_GELU_TANH_BETA * (xf + _GELU_TANH_KAPPA * x_sq * xf))
         d_inner = _GELU_TANH_BETA * (1 + 3 * _GELU_TANH_KAPPA * x_sq)
         out = g * (0.5 * (1 + t) + 0.5 * xf * (1 - t * t) * d_inner)
     else:
@@ -790,13 +791,13 @@ def _silu_backward(grad_output: Array, x: Array) -> Array:
 @lowering(aten.mish.default)
 def _mish(x: Array) -> Array:
     xf = compute_float(x)
-    return (xf * jnp.tanh(jax.nn.softplus(xf))).astype(x.dtype)
+    return (xf * tanh(jax.nn.softplus(xf))).astype(x.dtype)
 
 
 @lowering(aten.mish_backward.default)
 def _mish_backward(grad_output: Array, x: Array) -> Array:
     xf, g = compute_float(x), compute_float(grad_output)
-    t = jnp.tanh(jax.nn.softplus(xf))
+    t = tanh(jax.nn.softplus(xf))
     return (g * (t + xf * jax.nn.sigmoid(xf) * (1 - t * t))).astype(grad_output.dtype)
 
 

@@ -27,6 +27,7 @@ from xlalab.runtime.lowering.elementwise import (
     log_exact,
     safe_exp,
     smaller,
+    tanh,
 )
 from xlalab.runtime.lowering.registry import LOWERINGS, lowering
 
@@ -53,7 +54,7 @@ _UNARY: dict[str, Callable[[Array], Array]] = {
     "rsqrt": _float_math(lax.rsqrt),
     "sin": _float_math(jnp.sin),
     "cos": _float_math(jnp.cos),
-    "tanh": _float_math(jnp.tanh),
+    "tanh": _float_math(tanh),
     "erf": _float_math(lax.erf),
     "reciprocal": _float_math(lambda x: 1 / x),
     "floor": jnp.floor,

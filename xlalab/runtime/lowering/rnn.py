@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from xlalab.runtime.lowering.elementwise import compute_float
+from xlalab.runtime.lowering.elementwise import compute_float, tanh
 from xlalab.runtime.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -48,9 +48,9 @@ def _fused_lstm_cell(
 ) -> tuple[Array, Array, Array]:
     summed = compute_float(input_gates) + compute_float(hidden_gates)
     i, f, g, o = jnp.split(_plus(_plus(summed, input_bias), hidden_bias), 4, axis=1)
-    i, f, g, o = _sigmoid(i), _sigmoid(f), jnp.tanh(g), _sigmoid(o)
+    i, f, g, o = _sigmoid(i), _sigmoid(f), tanh(g), _sigmoid(o)
     cy = f * compute_float(cx) + i * g
-    hy = o * jnp.tanh(cy)
+    hy = o * tanh(cy)
     dt = cx.dtype
     return hy.astype(dt), cy.astype(dt), jnp.concatenate([i, f, g, o], axis=1).astype(input_gates.dtype)
 
@@ -66,7 +66,7 @@ def _fused_lstm_cell_backward(
 ) -> tuple[Array, Array, Array | None]:
     i, f, g, o = jnp.split(compute_float(workspace), 4, axis=1)
     cyf = compute_float(cy)
-    tanh_cy = jnp.tanh(cyf)
+    tanh_cy = tanh(cyf)
     zero = jnp.zeros_like(cyf)
     ghy = zero if grad_hy is None else compute_float(grad_hy)
     gcy = ghy * o * (1 - tanh_cy * tanh_cy) + (zero if grad_cy is None else compute_float(grad_cy))
@@ -91,7 +91,7 @@ def _fused_gru_cell(
     hr, hi, hn = jnp.split(_plus(hidden_gates, hidden_bias), 3, axis=1)
     r = _sigmoid(ir + hr)
     z = _sigmoid(ii + hi)
-    n = jnp.tanh(in_ + r * hn)
+    n = tanh(in_ + r * hn)
     h = compute_float(hx)
     hy = n + z * (h - n)
     workspace = jnp.concatenate([r, z, n, hn, h], axis=1)
