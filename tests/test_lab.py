@@ -543,6 +543,11 @@ def masked(x):
     xm.mark_step()
     return total
 
+def masked_backward(x):
+    kept = x[x > 0]  # MASKED-FORWARD
+    kept.sum().backward()
+    xm.mark_step()
+
 def window(i, n):
     out = (w * 6)[i : i + 2, :n].sum()  # WINDOW
     xm.mark_step()
@@ -639,6 +644,16 @@ def test_a_boolean_mask_index_is_data_dependent_with_a_fixed_shape_form(causes: 
     assert "torch.where(mask, x, 0)" in out, out
     assert "so the step recompiles as that shape changes (Recompiled: an input's shape changed" in out, out
     assert f"  at cell [{defined}], line {_cell_line(CAUSES, 'MASK')} in masked: kept = x[x > 0]" in out
+
+
+def test_a_fallback_inside_backward_names_the_forward_line(causes: tuple[Shell, int]) -> None:
+    shell, defined = causes
+    out = shell.ok("x = torch.tensor([1.0, -1.0, 2.0], device=dev, requires_grad=True)\nmasked_backward(x)")
+    backward = out.split("xlalab: aten::index_put ran on the CPU", 1)[1]
+    line = _cell_line(CAUSES, "MASKED-FORWARD")
+    assert "it is the backward of a boolean-mask index (x[mask])" in backward, out
+    assert f"  at cell [{defined}], line {line} in masked_backward: kept = x[x > 0]" in backward, out
+    assert f"line {line + 1} in masked_backward: kept.sum().backward()" in backward, out
 
 
 def test_a_shape_changing_every_step_is_one_finding_that_counts_the_steps(causes: tuple[Shell, int]) -> None:

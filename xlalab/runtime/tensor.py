@@ -34,7 +34,7 @@ from . import (
     replica_state,
     rng,
 )
-from .frames import ir_frames, library_caller, user_frames
+from .frames import DEFAULT_DEPTH, ir_frames, library_caller, user_frames
 from .graph import LoweringError, materialize, sync
 from .ir import Node, slot
 from .lowering.registry import LOWERINGS, STATIC_ARGS
@@ -1462,11 +1462,14 @@ CPU_OUTPUTS: dict[OpOverload, tuple[int, ...]] = {
 def _publish_fallback(func: OpOverload, args: tuple[Any, ...], name: str, seconds: float) -> None:
     if events.listening():
         reason, data_dependent = fallback_reason(func, args)
+        # Inside backward the line is the forward op's that this one differentiates (kept by
+        # anomaly mode under XLA_IR_DEBUG), then the line that called backward().
+        forward = ir_frames(DEFAULT_DEPTH[0]) if torch._C._current_autograd_node() is not None else ()
         events.publish(
             events.FallbackEvent(
                 op=name,
                 seconds=seconds,
-                frames=user_frames(),
+                frames=forward + user_frames(),
                 inside=library_caller(),
                 reason=reason,
                 data_dependent=data_dependent,
