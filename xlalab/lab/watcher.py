@@ -144,6 +144,11 @@ class _Cause:
     details: list[str]
 
 
+def _first_and_last(changes: list[str]) -> str:
+    """A run of changes said short: all of two, the first and the latest of more."""
+    return "; ".join(changes) if len(changes) <= 2 else f"{changes[0]}; ...; {changes[-1]}"
+
+
 def hex_hash(h: int) -> str:
     return f"{h:x}"
 
@@ -182,8 +187,8 @@ class Watcher:
         self._cell_steps = 0  # step barriers (mark_step) in the cell running now
         # Reads that ran pending IR since the last step barrier: (reason, user frames).
         self._step_reads: list[tuple[str, list[Frame]]] = []
-        self._folded_changes: dict[int, list[str]] = {}  # finding id -> recompilations said under it
-        self._changes: dict[int, list[str]] = {}  # recompile finding id -> each change it counts
+        # finding id -> the recompilations it counts (its own, or those folded under a fallback)
+        self._changes: dict[int, list[str]] = {}
         self._unchecked: events.CompileEvent | None = None  # a new SPMD program, until it runs
         self._dynamo_graphs: dict[str, int] = {}  # compiled function -> graphs dynamo captured of it
         self._dynamic_ops: dict[Frame, str] = {}  # lines whose CPU fallback has a data-dependent shape
@@ -424,11 +429,11 @@ class Watcher:
         if fallback is not None:  # the data-dependent op already reported explains it
             self.cell_findings.add(fallback.id)
             note = "so the step recompiles as that shape changes "
-            seen = self._folded_changes.setdefault(fallback.id, [])
+            seen = self._changes.setdefault(fallback.id, [])
             seen.append(cause.message)
-            shown = "; ".join(seen[:3]) + ("; ..." if len(seen) > 3 else "")
             times = "" if len(seen) == 1 else f", {len(seen)} times"
-            fallback.fold(note + f"(Recompiled: {cause.title}{times}: {shown})", replaces=note)
+            said = f"(Recompiled: {cause.title}{times}: {_first_and_last(seen)})"
+            fallback.fold(note + said, replaces=note)
             return fallback
         # The line that caused it first; the barrier that compiled it (and its callers) as context.
         frames = ([cause.where] if cause.where is not None else []) + [f for f in barrier if f != cause.where]
@@ -454,8 +459,7 @@ class Watcher:
         )
         changes = self._changes.setdefault(finding.id, [])
         changes.append(cause.message)
-        if len(changes) > 1:
-            finding.message = f"{changes[0]}; ...; {changes[-1]}" if len(changes) > 2 else "; ".join(changes)
+        finding.message = _first_and_last(changes)
         finding.previous_graph_hash = hex_hash(previous_hash)
         return finding
 
@@ -796,14 +800,14 @@ class Watcher:
             )
             if ev.op in STATIC_FORMS:
                 details.append(STATIC_FORMS[ev.op])
-        elif "boolean mask" in ev.reason and inside is not None and "torch/autograd/" in inside.file:
+        elif ev.reason == events.MASKED_VALUES and inside is not None and "torch/autograd/" in inside.file:
             details.append(MASK_BACKWARD)
-        plain = not ev.reason or ev.reason == "no XLA lowering"
+        plain = ev.reason in ("", events.NO_LOWERING)
         return self._finding(
             ("fallback", ev.op, site),
             "fallback",
             f"{ev.op} ran on the CPU",
-            f"{ev.op} has no XLA lowering" if plain else f"{ev.op}: {ev.reason}",
+            f"{ev.op} has {events.NO_LOWERING}" if plain else f"{ev.op}: {ev.reason}",
             frames,
             "",
             details,

@@ -87,6 +87,11 @@ class SyncEvent(Event):
     inside: Frame | None = None
 
 
+# FallbackEvent.reason: the plain case, and the masked assignment the lab explains further.
+NO_LOWERING = "no XLA lowering"
+MASKED_VALUES = "one value per element a boolean mask selects: how many depends on the mask's values"
+
+
 @dataclass(frozen=True)
 class FallbackEvent(Event):
     kind: str = field(init=False, default="fallback")

@@ -26,6 +26,10 @@ enabled: list[bool] = [False]
 config.watch("XLALAB_CHECK_INDICES", lambda on: enabled.__setitem__(0, bool(on)))
 
 
+# Losses whose target holds a class per element (cross_entropy's): an index into dimension 1.
+_CLASS_TARGETS = (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
+
+
 def _dim(args: tuple[Any, ...], i: int) -> int:
     return int(args[i]) if len(args) > i else 0
 
@@ -33,8 +37,7 @@ def _dim(args: tuple[Any, ...], i: int) -> int:
 def _indexed(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[Any, int, bool]]:
     """(index tensor, size of the dimension it indexes, negatives allowed) for an indexing call."""
     self = args[0]
-    if func in (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default):
-        # a class per target (cross_entropy's); ignore_index is exempt (see _exempt)
+    if func in _CLASS_TARGETS:  # ignore_index is exempt (see _exempt)
         return [(args[1], self.shape[1] if self.dim() >= 2 else self.shape[0], False)]
     if func in (aten.index.Tensor, aten._unsafe_index.Tensor, aten.index_put.default,
                 aten._index_put_impl.default, aten._unsafe_index_put.default):  # fmt: skip
@@ -86,7 +89,7 @@ def note(
 
 def _exempt(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
     """The one index value exempt from the range (a loss's ignore_index), or None."""
-    if func in (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default):
+    if func in _CLASS_TARGETS:
         return int(args[4]) if len(args) > 4 else int(kwargs.get("ignore_index", -100))
     return None
 

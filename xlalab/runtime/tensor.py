@@ -1488,13 +1488,13 @@ def fallback_reason(func: OpOverload, args: tuple[Any, ...]) -> tuple[str, bool]
     inputs' values."""
     if func is aten.index.Tensor and len(args) > 1 and _has_mask(args[1]):
         return "indexing with a boolean mask: the result's shape depends on the mask's values", True
-    if func in _INDEX_PUTS and len(args) > 2 and _has_mask(args[1]) and _values_per_masked_element(args):
-        return "one value per element a boolean mask selects: how many depends on the mask's values", False
+    if func in _INDEX_PUTS and len(args) > 2 and _values_per_masked_element(args):
+        return events.MASKED_VALUES, False
     if func in FALLBACK_IF:
         return "xlalab lowers this op, but not this variant of it (eager's kernel gives the result)", False
     if func in LOWERINGS:
         return "xlalab's lowering does not cover this call (eager's CPU kernel ran it)", False
-    return "no XLA lowering", False
+    return events.NO_LOWERING, False
 
 
 def _flat(args: Any, kwargs: dict[str, Any]) -> list[Any]:
