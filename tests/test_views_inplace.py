@@ -358,3 +358,117 @@ def test_resize_keeps_the_storage_and_its_views() -> None:
 
     for want, got in zip(program("cpu"), program("xla"), strict=True):
         assert torch.equal(want, got.cpu()), (want, got.cpu())
+
+
+# ----------------------------------------------------------------------------- result layouts
+
+
+def _layout(t: torch.Tensor) -> tuple[Any, ...]:
+    """What a program can see of a tensor's layout: shape, contiguity, strides of the dims that
+    have more than one element (a size-1 dim's stride is never used), and whether view(-1) works."""
+    try:
+        t.view(-1)
+        flat = True
+    except RuntimeError:
+        flat = False
+    strides = tuple(s for n, s in zip(t.shape, t.stride()) if n > 1)
+    return tuple(t.shape), t.is_contiguous(), strides, flat
+
+
+_PERMUTED = [(1, 0, 2), (2, 1, 0), (0, 2, 1), (2, 0, 1)]
+
+
+@pytest.mark.parametrize("dims", _PERMUTED)
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda x: x * 2,
+        lambda x: x.sin(),
+        lambda x: x + x.detach().clone(),
+        lambda x: torch.where(x > 3, x, 0.0),
+        lambda x: x.clone(),
+        lambda x: x.to(torch.float64),
+        lambda x: torch.zeros_like(x),
+        lambda x: torch.nn.functional.gelu(x),
+        lambda x: x.softmax(-1),
+        lambda x: x.exp_(),
+        lambda x: x.clone().transpose(0, 1).contiguous(),
+        lambda x: x.reshape(-1),
+    ],
+)
+def test_results_are_laid_out_as_eagers(dims: tuple[int, ...], op: Callable[[Any], Any]) -> None:
+    # Eager lays a result out as its operand is (x.t() * 2 is transposed too): a later view(-1)
+    # works or raises as in eager, contiguous() copies where eager copies, and the values agree.
+    def program(device: str) -> torch.Tensor:
+        x = torch.arange(24.0, device=device).reshape(2, 3, 4).permute(*dims)
+        return op(x)
+
+    want, got = program("cpu"), program("xla")
+    assert _layout(got) == _layout(want)
+    torch.testing.assert_close(got.cpu(), want)
+    if want.dim() == 3:  # and back in row-major order, copied where eager copies
+        back = got.permute(*dims).contiguous()
+        assert _layout(back) == _layout(want.permute(*dims).contiguous())
+        torch.testing.assert_close(back.view(-1).cpu(), want.permute(*dims).contiguous().view(-1))
+
+
+def test_a_laid_out_result_is_written_and_addressed_as_eagers() -> None:
+    # The result's storage holds its elements in eager's order: as_strided, a dtype view and an
+    # in-place write through a view see them where eager does.
+    def program(device: str) -> list[torch.Tensor]:
+        y = torch.arange(12.0, device=device).reshape(3, 4).t() * 1  # strides (1, 4)
+        flat = y.as_strided((12,), (1,))
+        y[0].add_(100)
+        bits = y.view(torch.int32)
+        return [y, flat.clone(), bits.clone(), y.t().view(-1)]
+
+    for want, got in zip(program("cpu"), program("xla"), strict=True):
+        assert _layout(got) == _layout(want)
+        assert torch.equal(got.cpu(), want)
+
+
+def _opinfo_pointwise() -> list[Any]:
+    from xlalab.testing import opinfo_sweep
+
+    ops = opinfo_sweep.load_op_db()
+    return [op for op in ops if op.name in _POINTWISE_OPINFOS and not op.variant_test_name]
+
+
+_POINTWISE_OPINFOS = {
+    "abs", "add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh",
+    "sin", "cos", "relu", "nn.functional.silu", "nn.functional.gelu", "clamp", "where", "maximum",
+    "minimum", "pow", "lerp", "addcmul", "addcdiv", "masked_fill", "eq", "lt", "logical_not",
+    "floor", "round", "sign", "reciprocal", "nn.functional.leaky_relu", "nn.functional.hardtanh",
+    "nan_to_num", "clone", "zeros_like", "ones_like", "full_like", "empty_like", "bitwise_not",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("op", _opinfo_pointwise(), ids=lambda op: op.name)
+def test_opinfo_results_on_transposed_operands_have_eagers_strides(op: Any) -> None:
+    # torch's own samples, with every 2-d-or-more tensor operand transposed (same values). Only
+    # metadata is compared: nothing here compiles.
+    xla = torch.device("xla")
+
+    def transposed(t: Any) -> Any:
+        if isinstance(t, torch.Tensor) and t.dim() >= 2:
+            return t.transpose(0, 1).contiguous().transpose(0, 1)
+        return t
+
+    checked = 0
+    dtype = torch.float32 if torch.float32 in op.dtypes else torch.int64
+    for sample in op.sample_inputs("cpu", dtype):
+        args = [transposed(a) for a in (sample.input, *sample.args)]
+        kwargs = {k: transposed(v) for k, v in sample.kwargs.items()}
+        if not any(isinstance(a, torch.Tensor) and a.dim() >= 2 for a in args):
+            continue
+        try:
+            want = op.op(*args, **kwargs)
+        except Exception:
+            continue
+        # .to(xla) keeps the strides, as eager's .to does
+        moved = [a.to(xla) if isinstance(a, torch.Tensor) else a for a in args]
+        got = op.op(*moved, **{k: v.to(xla) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()})
+        if isinstance(want, torch.Tensor):
+            assert _layout(got) == _layout(want), sample
+            checked += 1
+    assert checked, "no sample had a 2-d operand"

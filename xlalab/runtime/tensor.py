@@ -30,6 +30,7 @@ from . import (
     events,
     index_checks,
     ir,
+    layouts,
     metrics,
     replica_state,
     rng,
@@ -792,6 +793,45 @@ def wrap_result(node: Node) -> Any:
     return tuple(None if o is None else wrap(ir.item(node, i)) for i, o in enumerate(node.outs))
 
 
+def laid_out_result(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], node: Node) -> Any:
+    """``node``'s result tensors with the strides eager's kernel gives them. Called when an
+    operand is not contiguous: eager's elementwise ops, ``clone``, conversions and ``*_like``
+    lay out their result as that operand is (``x.t() * 2`` is transposed too), and a later
+    ``view`` or ``is_contiguous()`` depends on it."""
+    per_output = layouts.result_strides(func, args, kwargs, node.sid, _meta_operand)
+    if per_output is None:
+        return wrap_result(node)
+    if node.outs is None:
+        return _laid_out_tensor(node, per_output[0])
+    return tuple(
+        None if o is None else _laid_out_tensor(ir.item(node, i), per_output[i])
+        for i, o in enumerate(node.outs)
+    )
+
+
+def _meta_operand(a: Any) -> Any:
+    """A meta tensor with ``a``'s shape, dtype and eager strides (other arguments as they are)."""
+    if type(a) is XlaTensor:
+        return _laid_out(value(a), a._layout)
+    return _meta_arg(a)
+
+
+def _laid_out_tensor(node: Node, strides: tuple[int, ...] | None) -> XlaTensor:
+    """A tensor holding ``node`` whose storage keeps its elements in the order ``strides`` give
+    (a permutation of ``node``'s dims): a permute view of that storage, so that views,
+    ``as_strided`` and dtype views address its elements as eager's do."""
+    order = layouts.memory_order(node.shape, strides)  # type: ignore[arg-type]
+    if order is None:
+        return wrap(node)
+    shape = tuple(node.shape[d] for d in order)  # type: ignore[index]
+    stored = Node(aten.permute.default, (node,), ((slot(0), order), ()), shape, node.dtype, node.device)
+    back = tuple(order.index(d) for d in range(len(order)))
+    layout = _view_layout(aten.permute.default, stored, None, (back,))
+    t = wrap(node, Storage(stored, stored.device), ((aten.permute.default, (back,)),), layout)
+    t._vcache = (stored, node)  # read, it is the op's own result: no transposes for XLA to fold
+    return t
+
+
 def _view_node(func: OpOverload, base: Node, tpl: Any, layout: Layout | None = None) -> Node:
     node = record(func, (base, *tpl), {})
     if node is None:
@@ -809,6 +849,9 @@ def _lowered(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         return fallback(func, args, kwargs)
     if index_checks.enabled[0]:
         index_checks.note(func, args, kwargs, _node_of)
+    for a in args:
+        if type(a) is XlaTensor and a._layout is not None:
+            return laid_out_result(func, args, kwargs, node)
     return wrap_result(node)
 
 
@@ -1133,15 +1176,16 @@ def _to_copy(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     metrics.count("xla::_to_copy")
     if target != src._st.device:
         return wrap(to_device_node(to_cpu(src, "to"), target, dtype))
-    return wrap(convert(value(src), dtype))
+    node = convert(value(src), dtype)
+    return wrap(node) if src._layout is None else laid_out_result(func, args, kwargs, node)
 
 
 _RANK_OF_FORMAT = {torch.channels_last: 4, torch.channels_last_3d: 5}
 
 
 def _check_memory_format(src: Any, memory_format: Any) -> None:
-    """Eager's error for a conversion to a channels-last layout of another rank. (xla tensors
-    keep one layout, so the format has no other effect, as on torch_xla.)"""
+    """Eager's error for a conversion to a channels-last layout of another rank. (An explicit
+    format has no other effect, as on torch_xla: the result is row-major.)"""
     rank = _RANK_OF_FORMAT.get(memory_format)
     if rank is not None and src.dim() != rank:
         name = "channels_last" if rank == 4 else "channels_last_3d"
