@@ -1163,3 +1163,30 @@ def test_an_empty_batch_goes_forward_and_backward(case: tuple[Callable[[Any], An
     eager.sum().backward()
     lazy.sum().backward()
     same([eager.detach(), xr.grad], [lazy.detach(), xl.grad])
+
+
+# --------------------------------------------------------------------------- skipped elements
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (2, 5, 2, 2)])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_ignored_targets_get_no_gradient_even_when_the_loss_is_not_a_number(
+    shape: tuple[int, ...], weighted: bool
+) -> None:
+    # Every target ignored (an all-padding timestep): the mean loss is 0/0, and its gradient is
+    # 0 in eager, whose kernel skips ignored rows. A NaN there reached every parameter after
+    # opt.step(). Guarded by nan_to_num, as users do, the step's gradients stay finite.
+    logits = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    targets = torch.zeros((shape[0], *shape[2:]), dtype=torch.long)
+    targets.view(-1)[0] = 3  # a second loss over a valid target, beside the all-ignored one
+    weight = torch.rand(shape[1], generator=torch.Generator().manual_seed(1)) if weighted else None
+
+    def grads(device: Any) -> list[torch.Tensor]:
+        x = logits.clone().to(device).requires_grad_()
+        w = None if weight is None else weight.to(device)
+        ignored = F.cross_entropy(x, torch.zeros_like(targets).to(device), weight=w, ignore_index=0)
+        kept = F.cross_entropy(x, targets.to(device), weight=w, ignore_index=0)
+        (torch.nan_to_num(ignored) + kept).backward()
+        return [ignored.detach(), x.grad]
+
+    same(grads("cpu"), grads(DEV))

@@ -594,7 +594,10 @@ def _nll_backward(
 ) -> Array:
     w, safe, class_axis = _nll_weights(x, target, weight, ignore_index)
     scale = grad_output / total_weight if reduction == 1 else grad_output
-    coeff = jnp.expand_dims(-w * scale, class_axis)
+    # An ignored target's row stays 0 as eager's kernel skips it, even when the scale is not a
+    # number (every target ignored: 0 / 0): a NaN there reached every parameter.
+    valid = target != ignore_index
+    coeff = jnp.expand_dims(jnp.where(valid, -w * scale, jnp.zeros((), x.dtype)), class_axis)
     hit = jnp.expand_dims(safe, class_axis) == lax.broadcasted_iota(safe.dtype, x.shape, class_axis)
     return jnp.where(hit, coeff, jnp.zeros((), x.dtype)).astype(x.dtype)
 
