@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -472,3 +473,21 @@ def test_opinfo_results_on_transposed_operands_have_eagers_strides(op: Any) -> N
             assert _layout(got) == _layout(want), sample
             checked += 1
     assert checked, "no sample had a 2-d operand"
+
+
+def test_an_out_tensor_is_resized_within_its_storage_as_eagers() -> None:
+    # An out= tensor of another shape is resized as resize_ does: an empty slice given as out=
+    # fills its storage from the slice's offset (fftfreq's negative half is written so), and a
+    # short view grows into its base's storage.
+    def program(device: str) -> list[torch.Tensor]:
+        a = torch.arange(8.0, device=device)
+        torch.arange(-4.0, 0.0, out=a[4:0])
+        b = torch.ones(4, device=device)
+        view = b[:2]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # eager's deprecation of resizing non-empty outputs
+            torch.mul(torch.full((3,), 2.0, device=device), 2, out=view)
+        return [a, b, view, torch.fft.fftfreq(7, device=device), torch.fft.rfftfreq(8, 0.5, device=device)]
+
+    for want, got in zip(program("cpu"), program("xla"), strict=True):
+        assert torch.equal(got.cpu(), want), (want, got.cpu())

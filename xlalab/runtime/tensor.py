@@ -909,12 +909,12 @@ def become(t: XlaTensor, other: XlaTensor) -> None:
 
 
 def set_result(out: XlaTensor, node: Node) -> None:
-    """Write an op's result into its out= tensor: in place, or resized to the result's shape
-    as eager resizes it."""
+    """Write an op's result into its out= tensor, in place, after resizing it to the result's
+    shape as eager resizes it (``resize_``: within its storage it stays a view of it, so an
+    empty slice given as ``out=`` fills the storage from its offset)."""
     if tuple(out.shape) != tuple(node.shape):  # type: ignore[arg-type]
-        become(out, wrap(node))
-    else:
-        assign(out, node)
+        aten.resize_.default(out, node.shape)
+    assign(out, node)
 
 
 def _written_args(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
