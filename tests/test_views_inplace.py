@@ -491,3 +491,24 @@ def test_an_out_tensor_is_resized_within_its_storage_as_eagers() -> None:
 
     for want, got in zip(program("cpu"), program("xla"), strict=True):
         assert torch.equal(got.cpu(), want), (want, got.cpu())
+
+
+@pytest.mark.parametrize(
+    "pairs",
+    [
+        lambda a: a[:3].unsqueeze(-1).expand(3, 2),
+        lambda a: a[1:11].view(5, 2),
+        lambda a: a[:7].unfold(0, 2, 1),
+        lambda a: a.view(2, 6)[:, :4].t()[:2],
+    ],
+)
+def test_view_as_complex_checks_the_layout_as_eager(pairs: Callable[[Any], Any]) -> None:
+    # Pairs that are not adjacent, or start at an odd offset, are not complex numbers in memory:
+    # eager refuses them, so returning a value reads elements eager never pairs.
+    with pytest.raises(RuntimeError) as eager:
+        torch.view_as_complex(pairs(torch.arange(12.0)))
+    with pytest.raises(RuntimeError, match="Tensor must have") as lazy:
+        torch.view_as_complex(pairs(torch.arange(12.0, device="xla")))
+    assert str(lazy.value) == str(eager.value)
+    fine = torch.view_as_complex(torch.arange(12.0, device="xla")[2:].view(5, 2))
+    assert torch.equal(fine.cpu(), torch.view_as_complex(torch.arange(12.0)[2:].view(5, 2)))

@@ -968,8 +968,8 @@ def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
                 parent = _view_node(vfunc, parent, vtpl)
     else:
         parent, layout = value(base), base._layout
-    if func is aten.view.dtype and layout is not None:
-        func(_laid_out(parent, layout), *tpl)  # a dtype view checks strides and offset: eager's error
+    if func in _STRIDE_CHECKED_VIEWS and layout is not None:
+        func(_laid_out(parent, layout), *tpl)  # it checks strides and offset: eager's error
     elif func is aten.view.default and layout is not None and not FUNCTIONAL[0]:
         _check_view_strides(parent, layout, tpl)
     node = _view_node(func, parent, tpl, layout)  # counted as xla::<op> where it is recorded
@@ -978,6 +978,9 @@ def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     return t
 
 
+# Views that reinterpret elements check the operand's strides and offset (a dtype view of
+# another size, view_as_complex's pairs): a meta run with eager's layout raises eager's error.
+_STRIDE_CHECKED_VIEWS = {aten.view.dtype, aten.view_as_complex.default}
 _LAYOUTS: dict[Any, Any] = {}
 _VIEW_REFUSALS: dict[Any, str | None] = {}  # (shape, dtype, layout, view args) -> eager's error
 
