@@ -1190,3 +1190,42 @@ def test_ignored_targets_get_no_gradient_even_when_the_loss_is_not_a_number(
         return [ignored.detach(), x.grad]
 
     same(grads("cpu"), grads(DEV))
+
+
+_MULTILABEL_TARGETS = torch.tensor([[1, -1, 0, 0], [-1, 0, 0, 0], [3, 0, -1, 2], [0, 1, 2, 3]])
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_multilabel_margin_loss_ignores_what_follows_a_rows_minus_one(reduction: str) -> None:
+    # A row's targets end at its first -1 (padding follows): torch's decomposition counted the
+    # padding as targets too, so the loss differed from eager's wherever a row was padded.
+    x = torch.randn(4, 4, generator=torch.Generator().manual_seed(0))
+
+    def run(device: Any) -> list[torch.Tensor]:
+        xr = x.clone().to(device).requires_grad_()
+        loss = F.multilabel_margin_loss(xr, _MULTILABEL_TARGETS.to(device), reduction=reduction)
+        loss.sum().backward()
+        return [loss.detach(), xr.grad]
+
+    same(run("cpu"), run(DEV))
+
+
+def test_complex_linspace_and_logspace_keep_the_imaginary_part() -> None:
+    def run(d: Any) -> list[torch.Tensor]:
+        return [
+            torch.linspace(1 + 1j, 3 - 2j, 5, device=d),
+            torch.linspace(0, 1j, 3, device=d),
+            torch.logspace(0, 1j, 3, device=d),
+        ]
+
+    for want, got in zip(run("cpu"), run(DEV), strict=True):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.cpu(), want)
+
+
+def test_ctc_loss_takes_its_lengths_as_cpu_tensors() -> None:
+    # nn.CTCLoss's documented form: lengths as CPU tensors whatever the device of the inputs.
+    log_probs = torch.randn(6, 2, 4, generator=torch.Generator().manual_seed(0)).log_softmax(-1)
+    targets = torch.tensor([[1, 2], [3, 3]])
+    lengths = torch.tensor([6, 5]), torch.tensor([2, 1])
+    differential(lambda d: F.ctc_loss(log_probs.to(d), targets.to(d), *lengths))

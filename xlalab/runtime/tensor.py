@@ -340,9 +340,11 @@ class OpInfo:
         self.func = func
         self.counter = "xla::" + func._schema.name.split("::")[-1]
         # Whether a CPU tensor may be an operand (it is sent over): elementwise ops, as
-        # torch_xla's binary ops take one, and indexing, whose indices eager takes from any
-        # device. Every other op refuses one at the call, as eager and torch_xla do.
-        self.cpu_operands = torch.Tag.pointwise in func.tags or func._schema.name in _INDEXING
+        # torch_xla's binary ops take one, indexing, whose indices eager takes from any device,
+        # and CTC's lengths (nn.CTCLoss's documented form). Every other op refuses one at the
+        # call, as eager and torch_xla do.
+        name = func._schema.name
+        self.cpu_operands = torch.Tag.pointwise in func.tags or name in _INDEXING or name in _LENGTHS
         # A Python float becomes a graph input wherever the schema takes a Scalar or a Tensor
         # (a wrapped number); ``float``-typed arguments (eps, p, momentum, scale factors) can
         # steer shapes or code paths, so they stay baked into the graph, as do Scalars that a
@@ -359,6 +361,7 @@ _INDEXING = frozenset(
     f"aten::{n}"
     for n in ("index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index", "_unsafe_index_put")
 )
+_LENGTHS = frozenset({"aten::_ctc_loss", "aten::_ctc_loss_backward"})
 
 
 def _float_is_input(arg: Any) -> bool:

@@ -75,7 +75,8 @@ def arange(start: Any, end: Any, step: Any, dtype: torch.dtype | None) -> Any:
 def _linspace(start: Any, end: Any, steps: int, *, dtype: Any = None) -> Any:
     if dtype in (torch.float16, torch.bfloat16):
         return _half_linspace(start, end, steps, to_jnp(dtype))
-    return jnp.linspace(start, end, steps, dtype=jnp.float64)
+    complex_ = (dtype is not None and dtype.is_complex) or complex in (type(start), type(end))
+    return jnp.linspace(start, end, steps, dtype=jnp.complex128 if complex_ else jnp.float64)
 
 
 def _half_linspace(start: Any, end: Any, steps: int, half: Any) -> Any:

@@ -534,6 +534,30 @@ def _multi_margin_loss_backward(
     return _margin_scale(grad_output, grad, reduction).reshape(x.shape)
 
 
+def _listed_targets(target: Array, n: int, c: int) -> tuple[Array, Array]:
+    """A multilabel target's rows: which entries are targets (those before the row's first -1;
+    what follows it is padding, ignored) and the entries made safe to index with."""
+    targets = target.reshape(n, c)
+    listed = jnp.cumprod(targets >= 0, axis=1).astype(bool)
+    return listed, jnp.where(listed, targets, 0)
+
+
+@lowering(aten.multilabel_margin_loss_forward.default)
+def _multilabel_margin_loss_forward(x: Array, target: Array, reduction: int) -> tuple[Array, Array]:
+    # Per sample, each listed target against each class that is not a target: the mean over the
+    # classes of max(0, 1 - x[target] + x[class]). (torch's decomposition also counts the padding
+    # after a row's -1 as targets.)
+    rows = x.reshape(-1, x.shape[-1] if x.ndim else 1)  # a 0-d input is one class
+    n, c = rows.shape
+    listed, safe = _listed_targets(target, n, c)
+    is_target = jnp.zeros((n, c), bool).at[jnp.arange(n)[:, None], safe].max(listed)
+    z = 1 - jnp.take_along_axis(rows, safe, axis=1)[:, :, None] + rows[:, None, :]  # (N, J, C)
+    active = listed[:, :, None] & ~is_target[:, None, :] & (z > 0)
+    per_sample = jnp.sum(jnp.where(active, z, jnp.zeros((), rows.dtype)), axis=(1, 2)) / c
+    loss = per_sample.reshape(x.shape[:-1]) if reduction == 0 else _reduce_loss(per_sample, reduction)
+    return loss.astype(x.dtype), is_target.astype(x.dtype).reshape(target.shape)
+
+
 @lowering(aten.multilabel_margin_loss_backward.default)
 def _multilabel_margin_loss_backward(
     grad_output: Array, x: Array, target: Array, reduction: int, is_target: Array
@@ -542,9 +566,7 @@ def _multilabel_margin_loss_backward(
     # a target: where 1 - x[target] + x[class] > 0, the class gains g and the target loses it.
     rows = x.reshape(-1, x.shape[-1] if x.ndim else 1)  # a 0-d input is one class
     n, c = rows.shape
-    targets = target.reshape(n, c)
-    listed = jnp.cumprod(targets >= 0, axis=1).astype(bool)  # up to the first -1
-    safe = jnp.where(listed, targets, 0)
+    listed, safe = _listed_targets(target, n, c)
     g = jnp.asarray(1.0 / (n * c) if reduction == 1 else 1.0 / c, rows.dtype)
     z = 1 - jnp.take_along_axis(rows, safe, axis=1)[:, :, None] + rows[:, None, :]  # (N, J, C)
     others = ~(is_target.reshape(n, c) != 0)
