@@ -726,3 +726,39 @@ def test_a_cell_that_leaves_a_huge_pending_graph_says_where_it_grew(shell: Shell
                      rf"cell \[{count}\], line 3", out), out  # fmt: skip
     assert f"  at cell [{count}], line 3 in <module>: h = h * 1.01 + 1" in out
     assert "No step barrier" not in shell.ok("del h")  # dropped, not compiled: nothing is pending
+
+
+COMPILED_STEP = """\
+import torch, torch.nn.functional as F
+import xlalab, xlalab.dynamo
+dev = xlalab.device()
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(8, WIDTH), torch.nn.BatchNorm1d(WIDTH), torch.nn.ReLU(), torch.nn.Linear(WIDTH, 4)
+).to(dev)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+@torch.compile(backend="xlalab")
+def train_step(x, y):
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+"""
+
+
+def test_a_compiled_train_step_that_creates_its_optimizer_state_is_not_a_recompilation(shell: Shell) -> None:
+    """AdamW's state is created lazily at its first step, a graph per parameter, all synced at
+    ``opt.step()`` as the compiled step's inputs: other tensors, not variants of one graph."""
+    shell.ok(COMPILED_STEP.replace("WIDTH", "23"))
+    out = shell.ok(
+        "for _ in range(4):\n"
+        "    x = torch.randn(16, 8).to(dev); y = torch.randint(0, 4, (16,)).to(dev)\n"
+        "    loss = train_step(x, y)\n"
+        "print(loss.item())"
+    )
+    assert "Recompiled" not in out, out
+    from xlalab.lab import session
+
+    assert [f.title for f in session().watcher.findings if f.category == "recompile"] == [], out

@@ -71,6 +71,7 @@ GRAPH_BREAK = "graph_break"
 DYNAMO_GRAPH = "dynamo_graph"
 DYNAMO_RECOMPILE = "dynamo_recompile"
 DYNAMO_COMPILE = "dynamo_compile"
+DYNAMO_INPUT = "dynamo_input"  # lazy work synced because a compiled program takes it as an input
 #: An all-gather or all-to-all the SPMD partitioner inserted is a finding from this size (bytes
 #: per device) on: below it a reshard costs less than the launch that carries it.
 RESHARD_MIN_BYTES = 1 << 20
@@ -180,7 +181,7 @@ class Watcher:
         self.graphs: OrderedDict[str, Any] = OrderedDict()
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
         self.cell_findings: set[int] = set()  # ids bumped during the cell running now
-        self._sites: dict[Frame | None, _Site] = {}
+        self._sites: dict[tuple[Any, ...], _Site] = {}
         self._keyed: dict[tuple[Any, ...], Finding] = {}
         self._uploads: list[tuple[int, Frame]] = []  # (bytes, where) of recent host -> device copies
         self._cuts: dict[tuple[str, Frame | None], int] = {}  # reads that ran pending IR, per line, this cell
@@ -395,7 +396,7 @@ class Watcher:
                 self._keep_graph(ev)
             return None
         site_frame = ev.frames[0] if ev.frames else None
-        site = self._sites.setdefault(site_frame, _Site())
+        site = self._sites.setdefault(_site_key(ev, site_frame), _Site())
         if ev.cached:
             site.hits += 1
             return None
@@ -843,6 +844,21 @@ class Watcher:
             "graph_hash": f.graph_hash,
             "previous_graph_hash": f.previous_graph_hash,
         }
+
+
+def _site_key(ev: events.CompileEvent, frame: Frame | None) -> tuple[Any, ...]:
+    """The place a graph is compared at: its barrier's line, and for lazy work a compiled program
+    takes as an input, the type of what it makes too.
+
+    One call of a compiled function syncs each pending input on its own (the optimizer's state of
+    every parameter, created lazily at its first step): those graphs are other tensors, not
+    variants of one another. An input whose shape changes from call to call is dynamo's guard to
+    tell (its recompile finding), not a lazy-mode recompilation.
+    """
+    graph = ev.graph
+    if ev.reason != DYNAMO_INPUT or graph is None:
+        return (frame,)
+    return (frame, ev.reason, tuple(graph_diff.node_type(graph.nodes[i]) for i in graph.roots))
 
 
 def _say_graph_count(f: Finding, function: str, n: int) -> None:
