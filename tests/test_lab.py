@@ -616,8 +616,10 @@ def test_a_recompile_caused_by_a_read_is_folded_under_the_read(causes: tuple[She
     assert "xlalab: .item() cut the step" in out, out
     assert f"  at cell [{defined}], line {_cell_line(CAUSES, 'READ')} in train: loss.item()" in out
     assert "so the rest of the step is another graph: it recompiled at cell" in out
-    # The same step again: the graphs are cached, nothing new to say about the barrier.
-    assert "recompiled" not in shell.ok("train(True)")
+    # The same step again: the read cuts it again, and its graphs are cached: no recompilation.
+    again = shell.ok("train(True)")
+    assert "xlalab: .item() cut the step (2 times)" in again, again
+    assert "xlalab: Recompiled" not in again, again
 
 
 def test_a_data_dependent_shape_names_the_op_that_made_it(causes: tuple[Shell, int]) -> None:
@@ -762,3 +764,30 @@ def test_a_compiled_train_step_that_creates_its_optimizer_state_is_not_a_recompi
     from xlalab.lab import session
 
     assert [f.title for f in session().watcher.findings if f.category == "recompile"] == [], out
+
+
+def test_one_read_after_the_last_barrier_or_in_an_inference_cell_cuts_nothing(shell: Shell) -> None:
+    """A read cuts its step only when a barrier runs work after it: reading an accumulated total
+    once after the loop, or the one value an inference cell computes, ends the work instead."""
+    shell.ok(setup(29))
+    out = shell.ok(
+        "total = 0\n"
+        "for _ in range(3):\n"
+        "    total = total + step(4).detach()\n"
+        "print('mean loss', (total / 3).item())"
+    )
+    assert "cut the step" not in out, out
+    out = shell.ok("xm.mark_step()\ny2 = model(torch.randn(4, 8).to(dev)).sum()\nprint(y2.item())")
+    assert "cut the step" not in out, out
+    # A read with work after it in the same step, before the barrier, does cut it.
+    out = shell.ok(
+        "for _ in range(2):\n"
+        "    loss = model(torch.randn(4, 8).to(dev)).pow(2).mean()\n"
+        "    v = loss.item()\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    xm.mark_step()"
+    )
+    assert "xlalab: .item() cut the step (2 times)" in out, out
+    assert "line 3 in <module>: v = loss.item()" in out, out

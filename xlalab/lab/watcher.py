@@ -134,6 +134,17 @@ class _Site:
 
 
 @dataclass
+class _Read:
+    """A read that ran pending IR, until the next barrier shows whether it cut its step."""
+
+    reason: str
+    frames: list[Frame]
+    nodes: int
+    graph_hash: int
+    inside: Frame | None
+
+
+@dataclass
 class _Cause:
     """Why a place recompiled: the kind of change, a title and a message in plain words, the
     user's line that made the change (None when unknown) and more lines."""
@@ -188,6 +199,9 @@ class Watcher:
         self._cell_steps = 0  # step barriers (mark_step) in the cell running now
         # Reads that ran pending IR since the last step barrier: (reason, user frames).
         self._step_reads: list[tuple[str, list[Frame]]] = []
+        # Reads of the step under way not judged yet: a barrier that runs work after them shows
+        # that they split the step in two; the cell's end without one, that they ended it.
+        self._unjudged: list[_Read] = []
         # finding id -> the recompilations it counts (its own, or those folded under a fallback)
         self._changes: dict[int, list[str]] = {}
         self._unchecked: events.CompileEvent | None = None  # a new SPMD program, until it runs
@@ -226,19 +240,34 @@ class Watcher:
             self.cell_findings.clear()
             self._cell_steps = 0
             self._cuts.clear()
+            self._unjudged.clear()
 
     def end_cell(self) -> None:
         """What only shows at a cell's end: a loop that never reached its step barrier."""
         try:
             with self._lock:
+                found = self._reads_at_cell_end()
                 finding = self._missing_barrier()
         except Exception as e:  # the watcher must never break the program it watches
             analysis_errors.failed("lab", "cell end", e)
             return
-        if finding is not None:
-            message = self._warning_event(finding)
+        for f in [*found, *([finding] if finding is not None else [])]:
+            message = self._warning_event(f)
             for listener in list(self.listeners):
                 listener(message)
+
+    def _reads_at_cell_end(self) -> list[Finding]:
+        """Reads no barrier followed ended their step, so they cut nothing; but a read at a line
+        that cut a step earlier in this cell is the same loop's read: it counts with the others."""
+        found = []
+        for read in self._unjudged:
+            site = read.frames[0] if read.frames else None
+            f = self._keyed.get(("transfer", read.reason, site))
+            if f is not None and f.id in self.cell_findings:
+                f.count = max(f.count, self._cuts.get((read.reason, site), 0))
+                found.append(f)
+        self._unjudged.clear()
+        return found
 
     def _missing_barrier(self) -> Finding | None:
         watch = self.barriers
@@ -320,6 +349,7 @@ class Watcher:
     def _handle(self, ev: events.Event) -> list[dict[str, Any]]:
         out = [self._event(ev)]
         finding: Finding | None = None
+        found: list[Finding] = []
         if isinstance(ev, events.CompileStartEvent):
             self.compiling = out[0]
         elif isinstance(ev, (events.CompileEvent, events.CompileErrorEvent)):
@@ -329,7 +359,7 @@ class Watcher:
         elif isinstance(ev, events.ExecuteEvent):
             finding = self._on_execute(ev)
         elif isinstance(ev, events.SyncEvent):
-            finding = self._on_sync(ev)
+            found = self._on_sync(ev)
         elif isinstance(ev, events.FallbackEvent):
             finding = self._on_fallback(ev)
         elif ev.kind == DYNAMO_GRAPH:
@@ -344,7 +374,8 @@ class Watcher:
                 self._uploads.append((ev.nbytes, frames[0]))
                 del self._uploads[:-256]
         if finding is not None:
-            out.append(self._warning_event(finding))
+            found.append(finding)
+        out += [self._warning_event(f) for f in found]
         return out
 
     # ---- findings
@@ -713,6 +744,7 @@ class Watcher:
 
     def _fold_under_read(self, cause: _Cause, barrier: list[Frame]) -> Finding | None:
         """A recompilation explained by a read that cut the step: said under that read's finding."""
+        self._judge_reads()  # this barrier compiles work left after them: they cut the step
         reason, frames = self._step_reads[-1]
         what = ACCESS_REASONS.get(reason, reason)
         site = frames[0] if frames else None
@@ -735,46 +767,63 @@ class Watcher:
         f.fold(note)
         return f
 
-    def _on_sync(self, ev: events.SyncEvent) -> Finding | None:
+    def _on_sync(self, ev: events.SyncEvent) -> list[Finding]:
         if ev.reason == "mark_step":
+            # Work left after the step's reads runs here: they split the step in two.
+            found = self._judge_reads() if ev.graph is not None else []
+            self._unjudged.clear()
             self._cell_steps += 1
             self._step_reads.clear()
             self.barriers.barrier()
-        what = ACCESS_REASONS.get(ev.reason)
-        if what is None or ev.graph is None:
-            return None  # a step barrier, or a read of a value that was already computed
+            return found
+        if ACCESS_REASONS.get(ev.reason) is None or ev.graph is None:
+            return []  # a read of a value that was already computed
         frames = self.cells.user_frames(ev.frames)
         self._step_reads.append((ev.reason, frames))
         del self._step_reads[:-16]
         site = frames[0] if frames else None
         cuts = self._cuts[(ev.reason, site)] = self._cuts.get((ev.reason, site), 0) + 1
-        # A single read in a cell that runs no steps is how a notebook looks at a value; a read that
-        # runs pending IR again and again, or in a cell that also runs steps, is cutting steps.
-        if cuts < 2 and self._cell_steps == 0:
-            return None
-        nodes = len(ev.graph.nodes)
+        read = _Read(ev.reason, frames, len(ev.graph.nodes), ev.graph_hash, getattr(ev, "inside", None))
+        # A read that runs pending IR again and again in a cell with no barrier is a loop's step
+        # cut by its read; any other read cuts its step only if a barrier runs work after it.
+        if cuts >= 2 and self._cell_steps == 0:
+            return [self._read_finding(read)]
+        self._unjudged.append(read)
+        return []
+
+    def _judge_reads(self) -> list[Finding]:
+        """The step's reads not judged yet cut it: their findings."""
+        found = [self._read_finding(read) for read in self._unjudged]
+        self._unjudged.clear()
+        return found
+
+    def _read_finding(self, read: _Read) -> Finding:
+        """The finding of a read that cut its step, counted with this cell's reads at its line."""
+        frames = read.frames
+        site = frames[0] if frames else None
+        what = ACCESS_REASONS.get(read.reason, read.reason)
         advice = [READ_ADVICE]
-        inside = getattr(ev, "inside", None)
-        if inside is not None:  # the read is a library's: say which line, which the user cannot see
-            path = library_path(inside.file)
-            advice.insert(0, f"the read is inside {self._library_line(inside)}")
+        if read.inside is not None:  # the read is a library's: say which line, which the user cannot see
+            path = library_path(read.inside.file)
+            advice.insert(0, f"the read is inside {self._library_line(read.inside)}")
             advice[1:1] = [text for prefix, text in LIBRARY_READ_ADVICE.items() if path.startswith(prefix)]
         line = self.cells.source_line(site) if site is not None else ""
-        if ev.reason == "item" and site is not None and ".item(" not in line:
+        if read.reason == "item" and site is not None and ".item(" not in line:
             what = "reading a Python number (float(), int(), bool(), if tensor)"
             if _BRANCHING.search(line):  # a Python branch on the value: torch.cond is the way
                 what = "a Python branch on a tensor's value"
                 advice.append(BRANCH_ADVICE)
         finding = self._finding(
-            ("transfer", ev.reason, site),
+            ("transfer", read.reason, site),
             "transfer",
             f"{what} cut the step",
-            f"{what} of a pending tensor compiled and ran its graph ({nodes} nodes) before the step's end",
+            f"{what} of a pending tensor compiled and ran its graph ({read.nodes} nodes) before the "
+            "step's end",
             frames,
-            hex_hash(ev.graph_hash),
+            hex_hash(read.graph_hash),
             advice,
         )
-        finding.count = max(finding.count, cuts)  # the reads before this one count too
+        finding.count = max(finding.count, self._cuts.get((read.reason, site), 0))  # earlier reads count too
         return finding
 
     def _library_line(self, inside: Frame) -> str:
