@@ -791,3 +791,26 @@ def test_one_read_after_the_last_barrier_or_in_an_inference_cell_cuts_nothing(sh
     )
     assert "xlalab: .item() cut the step (2 times)" in out, out
     assert "line 3 in <module>: v = loss.item()" in out, out
+
+
+def test_two_same_size_inputs_that_change_are_both_named_with_the_lines_that_sent_them(shell: Shell) -> None:
+    shell.ok(
+        "import torch, xlalab.core.xla_model as xm\n"
+        "dev = xm.xla_device()\n"
+        "emb = torch.nn.Embedding(100, 31).to(dev)"
+    )
+    out = shell.ok(
+        "for L in [16, 16, 12]:\n"
+        "    input_ids = torch.randint(1, 100, (4, L)).to(dev)\n"
+        "    attention_mask = torch.ones(4, L, dtype=torch.long).to(dev)\n"
+        "    h = (emb(input_ids) * attention_mask.unsqueeze(-1)).sum()\n"
+        "    xm.mark_step()"
+    )
+    count = shell.sh.execution_count - 1
+    assert "xlalab: Recompiled: an input's shape changed (once)" in out, out
+    message = out.split("(once)\n", 1)[1].splitlines()[0]
+    assert "input_ids: s64[4,16] → s64[4,12]" in message, out
+    assert "attention_mask: s64[4,16] → s64[4,12]" in message, out
+    sent = f"was sent to the device at cell [{count}], line"
+    assert f"input_ids {sent} 2: input_ids = torch.randint(1, 100, (4, L)).to(dev)" in out, out
+    assert f"attention_mask {sent} 3: attention_mask = torch.ones(4, L, dtype=torch.long).to(dev)" in out, out

@@ -182,13 +182,9 @@ def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
     """The first difference, root causes first: an input whose shape or dtype changed explains
     the sizes that Python code read from it and baked into later ops (``x.view(x.shape[0], -1)``,
     a model's ``arange(seq_len)``), so it is named even when such an op comes first."""
-    old_leaves = [i for i, s in enumerate(old) if s.leaf]
-    new_leaves = [i for i, s in enumerate(new) if s.leaf]
-    if len(old_leaves) == len(new_leaves):
-        for k, (i, j) in enumerate(zip(old_leaves, new_leaves)):
-            a, b = old[i], new[j]
-            if a.name == b.name and a.type != b.type:
-                return Change("input_shape", j, b.name, a.type, b.type, b.made, input_position=k)
+    resized = input_changes(old, new)
+    if resized:
+        return resized[0]
     inputs = 0
     outputs_differ = False
     old_types = Counter(s.type for s in old if s.leaf)
@@ -231,6 +227,21 @@ def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
             _outputs(sum(s.output for s in new)), new[first].made, extra=extra, dropped=dropped,
         )  # fmt: skip
     return Change("settings")
+
+
+def input_changes(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> list[Change]:
+    """Every input whose shape or dtype changed, when both graphs read as many inputs: the k-th
+    input of one is the k-th of the other."""
+    old_leaves = [i for i, s in enumerate(old) if s.leaf]
+    new_leaves = [i for i, s in enumerate(new) if s.leaf]
+    if len(old_leaves) != len(new_leaves):
+        return []
+    out = []
+    for k, (i, j) in enumerate(zip(old_leaves, new_leaves)):
+        a, b = old[i], new[j]
+        if a.name == b.name and a.type != b.type:
+            out.append(Change("input_shape", j, b.name, a.type, b.type, b.made, input_position=k))
+    return out
 
 
 def _ops_change(old: Sequence[NodeSig], new: Sequence[NodeSig], i: int) -> Change:

@@ -22,11 +22,13 @@ so looking can never compile or transfer anything.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import sys
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -91,8 +93,8 @@ LIBRARY_READ_ADVICE = {
     ),
 }
 _BRANCHING = re.compile(r"^\s*(if|elif|while)\b|\bif\b.*\belse\b")
-# kind is set first; frames become "where"; graphs and programs stay here
-_NOT_SENT = ("kind", "frames", "graph", "program")
+# kind is set first; frames become "where"; graphs, programs and uploaded arrays stay here
+_NOT_SENT = ("kind", "frames", "graph", "program", "data")
 
 
 @dataclass
@@ -194,7 +196,8 @@ class Watcher:
         self.cell_findings: set[int] = set()  # ids bumped during the cell running now
         self._sites: dict[tuple[Any, ...], _Site] = {}
         self._keyed: dict[tuple[Any, ...], Finding] = {}
-        self._uploads: list[tuple[int, Frame]] = []  # (bytes, where) of recent host -> device copies
+        # (the device array it made, where) of recent host -> device copies
+        self._uploads: list[tuple[weakref.ref[Any], Frame]] = []
         self._cuts: dict[tuple[str, Frame | None], int] = {}  # reads that ran pending IR, per line, this cell
         self._cell_steps = 0  # step barriers (mark_step) in the cell running now
         # Reads that ran pending IR since the last step barrier: (reason, user frames).
@@ -370,8 +373,9 @@ class Watcher:
             finding = self._on_dynamo_recompile(ev)
         elif isinstance(ev, events.TransferEvent) and ev.direction == "to_device":
             frames = self.cells.user_frames(ev.frames)
-            if frames:
-                self._uploads.append((ev.nbytes, frames[0]))
+            if frames and ev.data is not None:
+                with contextlib.suppress(TypeError):  # an array that takes no weak reference: unnamed
+                    self._uploads.append((weakref.ref(ev.data), frames[0]))
                 del self._uploads[:-256]
         if finding is not None:
             found.append(finding)
@@ -625,24 +629,7 @@ class Watcher:
         made = self._user_made(change.made)
         no_lines = "" if made is not None else "run %xla_debug on to record the line that creates every op"
         if change.kind == "input_shape":
-            node = graph.nodes[change.index]
-            name = _name_of(node, self.cells) or f"input {change.input_position}"
-            what = "shape" if change.old.partition("[")[0] == change.new.partition("[")[0] else "dtype"
-            sent = None
-            for nbytes, frame in reversed(self._uploads):
-                if nbytes == graph_diff.type_bytes(change.new):
-                    sent = frame
-                    break
-            details = [f"{name} was sent to the device{self._at(sent)}"] if sent is not None else []
-            dynamic = self._dynamic_ops.get(sent) if sent is not None else None
-            if dynamic is not None:
-                details.insert(
-                    0,
-                    f"{name} is the result of {dynamic}, whose output shape depends on the data: use a "
-                    "fixed-size form (a mask and torch.where, or pad to a maximum size)",
-                )
-            message = f"{name}: {change.old} → {change.new}"
-            return _Cause("input_shape", f"an input's {what} changed", message, sent, details)
+            return self._inputs_changed(graph_diff.input_changes(old, new) or [change], graph)
         held_by = _name_of(graph.nodes[change.index], self.cells) if change.index is not None else None
         details = [f"the changed value is {held_by}"] if held_by else []
         if change.kind == "baked_value" and change.arg:
@@ -708,6 +695,41 @@ class Watcher:
             None,
             [],
         )
+
+    def _inputs_changed(self, changes: list[graph_diff.Change], graph: Any) -> _Cause:
+        """Inputs whose shape (or dtype) changed: each by its variable and the upload that sent it."""
+        parts: list[str] = []
+        details: list[str] = []
+        where: Frame | None = None
+        for change in changes:
+            node = graph.nodes[change.index]
+            name = _name_of(node, self.cells) or f"input {change.input_position}"
+            parts.append(f"{name}: {change.old} → {change.new}")
+            sent = self._sent_at(node)
+            if sent is None:
+                continue
+            where = where or sent
+            details.append(f"{name} was sent to the device{self._at(sent)}")
+            dynamic = self._dynamic_ops.get(sent)
+            if dynamic is not None:
+                details.insert(
+                    0,
+                    f"{name} is the result of {dynamic}, whose output shape depends on the data: use a "
+                    "fixed-size form (a mask and torch.where, or pad to a maximum size)",
+                )
+        first = changes[0]
+        what = "shape" if first.old.partition("[")[0] == first.new.partition("[")[0] else "dtype"
+        return _Cause("input_shape", f"an input's {what} changed", ", ".join(parts), where, details)
+
+    def _sent_at(self, node: Any) -> Frame | None:
+        """The user's line whose upload made the device data ``node`` holds (None if unknown)."""
+        value = getattr(node, "value", None)
+        if value is None:
+            return None
+        for ref, frame in reversed(self._uploads):
+            if ref() is value:
+                return frame
+        return None
 
     def _outputs_changed(
         self,

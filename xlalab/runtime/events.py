@@ -111,6 +111,9 @@ class TransferEvent(Event):
     direction: str = ""  # "to_device" or "from_device"
     nbytes: int = 0
     seconds: float = 0.0
+    # to_device: the device array the upload made, which a graph's data leaf holds as its value
+    # (so a listener can tell which upload a graph reads; keep it by weak reference only).
+    data: Any = None
 
 
 @dataclass(frozen=True)

@@ -2046,7 +2046,9 @@ def to_device_node(t: torch.Tensor, device: int, dtype: torch.dtype | None = Non
     metrics.count("CreateDataHandles")
     if events.listening():
         events.publish(
-            events.TransferEvent(direction="to_device", nbytes=nbytes, seconds=dt / 1e9, frames=user_frames())
+            events.TransferEvent(
+                direction="to_device", nbytes=nbytes, seconds=dt / 1e9, frames=user_frames(), data=array
+            )
         )
     return ir.data(array, tuple(t.shape), dtype, device)
 
