@@ -814,3 +814,19 @@ def test_two_same_size_inputs_that_change_are_both_named_with_the_lines_that_sen
     sent = f"was sent to the device at cell [{count}], line"
     assert f"input_ids {sent} 2: input_ids = torch.randint(1, 100, (4, L)).to(dev)" in out, out
     assert f"attention_mask {sent} 3: attention_mask = torch.ones(4, L, dtype=torch.long).to(dev)" in out, out
+
+
+def test_a_missing_barrier_is_said_once_in_the_cell_that_ran_the_steps(shell: Shell) -> None:
+    shell.ok(setup(37))
+    shell.ok(NO_BARRIER)
+    out = shell.ok("for _ in range(3):\n    loss = step_without_barrier(8)")
+    assert "xlalab: No step barrier: the pending graph keeps growing (3 times)" in out, out
+    assert "xlalab" not in shell.ok("a = 1"), "said again in a cell that ran no step"
+    assert "xlalab" not in shell.ok("%xla_graph --max-nodes 10")
+    # More steps without a barrier in a later cell: that cell did it too, and says so.
+    out = shell.ok("for _ in range(2):\n    loss = step_without_barrier(8)")
+    assert "xlalab: No step barrier: the pending graph keeps growing (5 times)" in out, out
+    shell.ok("xm.mark_step()")
+    shell.ok("h = torch.ones(4, device=dev)\nfor _ in range(3000):\n    h = h * 1.01 + 1")
+    assert "xlalab" not in shell.ok("b = 2"), "a huge pending graph said again in a cell that added nothing"
+    shell.ok("del h")

@@ -37,6 +37,7 @@ class BarrierWatch:
     steps: int = 0  # optimizer steps since the last barrier
     frames: tuple[Frame, ...] = ()  # the user frames of the latest optimizer.step() call
     first_frames: tuple[Frame, ...] = ()
+    said: int = 0  # ``steps`` when a missing barrier was last reported (0: not reported)
     _handles: list[Any] = field(default_factory=list)
     _unsubscribe: Callable[[], None] | None = None
 
@@ -77,7 +78,7 @@ class BarrierWatch:
             self.barrier()
 
     def barrier(self) -> None:
-        self.steps = 0
+        self.steps = self.said = 0
         self.frames = self.first_frames = ()
 
     @property

@@ -200,6 +200,7 @@ class Watcher:
         self._uploads: list[tuple[weakref.ref[Any], Frame]] = []
         self._cuts: dict[tuple[str, Frame | None], int] = {}  # reads that ran pending IR, per line, this cell
         self._cell_steps = 0  # step barriers (mark_step) in the cell running now
+        self._pending_said = 0  # nodes of the pending graph when it was last said to be too large
         # Reads that ran pending IR since the last step barrier: (reason, user frames).
         self._step_reads: list[tuple[str, list[Frame]]] = []
         # Reads of the step under way not judged yet: a barrier that runs work after them shows
@@ -276,6 +277,9 @@ class Watcher:
         watch = self.barriers
         if not watch.missing:
             return self._pending_too_large() if self._cell_steps == 0 else None
+        if watch.steps <= watch.said:
+            return None  # said at the end of the cell that ran those steps; this one added none
+        watch.said = watch.steps
         frames = self.cells.user_frames(watch.frames)
         where = frames[0] if frames else None
         nodes = barriers.pending_nodes()
@@ -299,8 +303,10 @@ class Watcher:
     def _pending_too_large(self) -> Finding | None:
         """A cell that ran no barrier left a huge pending graph: name the line that added most."""
         graph = barriers.pending_graph()
-        if graph is None or len(graph.nodes) < barriers.PENDING_LIMIT:
-            return None
+        nodes, said = (0 if graph is None else len(graph.nodes)), self._pending_said
+        self._pending_said = nodes if nodes >= barriers.PENDING_LIMIT else 0
+        if graph is None or nodes < barriers.PENDING_LIMIT or nodes <= said:
+            return None  # small, or said at the end of the cell that grew it: this one added nothing
         lines: dict[Frame, int] = {}
         for n in graph.nodes:
             frames = self.cells.user_frames(n.frames or ())
