@@ -830,3 +830,40 @@ def test_a_missing_barrier_is_said_once_in_the_cell_that_ran_the_steps(shell: Sh
     shell.ok("h = torch.ones(4, device=dev)\nfor _ in range(3000):\n    h = h * 1.01 + 1")
     assert "xlalab" not in shell.ok("b = 2"), "a huge pending graph said again in a cell that added nothing"
     shell.ok("del h")
+
+
+def test_a_branch_or_a_float_read_says_so_in_plain_sentences(shell: Shell) -> None:
+    shell.ok(setup(41))
+    out = shell.ok(
+        "for _ in range(2):\n"
+        "    loss = model(torch.randn(4, 8).to(dev)).pow(2).mean()\n"
+        "    if loss > 1.0:\n"
+        "        loss = loss * 0.5\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    xm.mark_step()"
+    )
+    assert "xlalab: a Python branch on a tensor's value cut the step (2 times)" in out, out
+    lines = out.split("cut the step (2 times)\n", 1)[1].splitlines()
+    assert re.fullmatch(
+        r"  the branch's read of a pending tensor compiled and ran its graph \(\d+ nodes\) "
+        r"before the step's end",
+        lines[0],
+    ), out
+    assert "torch.where" in lines[1] and "torch.cond(" in lines[2], out  # the simple fix first
+    assert "read the value after xm.mark_step()" not in out, out
+    out = shell.ok(
+        "for _ in range(2):\n"
+        "    loss = model(torch.randn(4, 8).to(dev)).pow(2).mean()\n"
+        "    history = float(loss)\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    xm.mark_step()"
+    )
+    assert re.search(
+        r"\n  reading a Python number from a pending tensor compiled and ran its graph \(\d+ nodes\) "
+        r"before the step's end\n",
+        out,
+    ), out

@@ -80,8 +80,12 @@ RESHARD_MIN_BYTES = 1 << 20
 READ_ADVICE = (
     "read the value after xm.mark_step(), or keep it on the device (accumulate a tensor, read it once)"
 )
+WHERE_ADVICE = (
+    "to pick a value by a condition without a sync, torch.where computes both on the device and "
+    "keeps the one the condition picks: y = torch.where(y > 0, y * 2, y)"
+)
 BRANCH_ADVICE = (
-    "to branch on a tensor's value without a sync, torch.cond(pred, true_fn, false_fn, operands) "
+    "when the branches run more than a value's choice, torch.cond(pred, true_fn, false_fn, operands) "
     "keeps both branches in the graph and chooses on the device (torch's while_loop, for a loop)"
 )
 # Reads a library makes for its own sake, and how to turn them off (by the library's path).
@@ -829,30 +833,40 @@ class Watcher:
         """The finding of a read that cut its step, counted with this cell's reads at its line."""
         frames = read.frames
         site = frames[0] if frames else None
-        what = ACCESS_REASONS.get(read.reason, read.reason)
-        advice = [READ_ADVICE]
+        what, subject, advice = self._read_words(read.reason, site)
         if read.inside is not None:  # the read is a library's: say which line, which the user cannot see
             path = library_path(read.inside.file)
             advice.insert(0, f"the read is inside {self._library_line(read.inside)}")
             advice[1:1] = [text for prefix, text in LIBRARY_READ_ADVICE.items() if path.startswith(prefix)]
-        line = self.cells.source_line(site) if site is not None else ""
-        if read.reason == "item" and site is not None and ".item(" not in line:
-            what = "reading a Python number (float(), int(), bool(), if tensor)"
-            if _BRANCHING.search(line):  # a Python branch on the value: torch.cond is the way
-                what = "a Python branch on a tensor's value"
-                advice.append(BRANCH_ADVICE)
         finding = self._finding(
             ("transfer", read.reason, site),
             "transfer",
             f"{what} cut the step",
-            f"{what} of a pending tensor compiled and ran its graph ({read.nodes} nodes) before the "
-            "step's end",
+            f"{subject} compiled and ran its graph ({read.nodes} nodes) before the step's end",
             frames,
             hex_hash(read.graph_hash),
             advice,
         )
         finding.count = max(finding.count, self._cuts.get((read.reason, site), 0))  # earlier reads count too
         return finding
+
+    def _read_words(self, reason: str, site: Frame | None) -> tuple[str, str, list[str]]:
+        """A read in words: what it was (the title's), the sentence's subject and the advice."""
+        what = ACCESS_REASONS.get(reason, reason)
+        line = self.cells.source_line(site) if site is not None else ""
+        if reason != "item" or site is None or ".item(" in line:
+            return what, f"{what} of a pending tensor", [READ_ADVICE]
+        if _BRANCHING.search(line):  # a Python branch on the value: keep the choice on the device
+            return (
+                "a Python branch on a tensor's value",
+                "the branch's read of a pending tensor",
+                [WHERE_ADVICE, BRANCH_ADVICE],
+            )
+        return (
+            "reading a Python number (float(), int(), bool(), if tensor)",
+            "reading a Python number from a pending tensor",
+            [READ_ADVICE],
+        )
 
     def _library_line(self, inside: Frame) -> str:
         """``path:line in function: source`` of a library's line, the path as its package spells it."""
