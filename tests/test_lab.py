@@ -867,3 +867,27 @@ def test_a_branch_or_a_float_read_says_so_in_plain_sentences(shell: Shell) -> No
         r"before the step's end\n",
         out,
     ), out
+
+
+def test_a_batch_change_dynamo_recompiles_for_folds_the_lazy_graphs_around_it(shell: Shell) -> None:
+    shell.ok(
+        "import torch, torch.nn.functional as F, xlalab, xlalab.dynamo\n"
+        "import xlalab.core.xla_model as xm\n"
+        "dev = xlalab.device()\n"
+        "layers = [torch.nn.Linear(8, 43), torch.nn.ReLU(), torch.nn.Linear(43, 4)]\n"
+        "model = torch.nn.Sequential(*layers).to(dev)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        'cmodel = torch.compile(model, backend="xlalab")'
+    )
+    out = shell.ok(
+        "for bs in [8, 8, 6]:\n"
+        "    x = torch.randn(bs, 8).to(dev); y = torch.randint(0, 4, (bs,)).to(dev)\n"
+        "    opt.zero_grad()\n"
+        "    loss = F.cross_entropy(cmodel(x), y)\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    xm.mark_step()"
+    )
+    assert "xlalab: Recompiled Sequential.forward (once)" in out, out
+    assert out.count("xlalab: Recompiled") == 1, out  # the lazy graphs resize with it: said under it
+    assert "so the lazy graph at cell" in out and "y: s64[8] → s64[6]" in out, out

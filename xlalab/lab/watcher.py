@@ -162,6 +162,10 @@ class _Cause:
     details: list[str]
 
 
+# Causes a size change explains: an input's, one baked into an op, an op's output shape.
+_SHAPE_CAUSES = ("input_shape", "baked_value", "output_shape")
+
+
 def _first_and_last(changes: list[str]) -> str:
     """A run of changes said short: all of two, the first and the latest of more."""
     return "; ".join(changes) if len(changes) <= 2 else f"{changes[0]}; ...; {changes[-1]}"
@@ -213,6 +217,7 @@ class Watcher:
         # finding id -> the recompilations it counts (its own, or those folded under a fallback)
         self._changes: dict[int, list[str]] = {}
         self._unchecked: events.CompileEvent | None = None  # a new SPMD program, until it runs
+        self._dynamo_recompiled: Finding | None = None  # dynamo's recompile in the step under way
         self._dynamo_graphs: dict[str, int] = {}  # compiled function -> graphs dynamo captured of it
         self._dynamic_ops: dict[Frame, str] = {}  # lines whose CPU fallback has a data-dependent shape
         self._lock = threading.RLock()
@@ -473,14 +478,12 @@ class Watcher:
         dynamic = self._dynamic_ops.get(cause.where) if cause.where is not None else None
         fallback = self._keyed.get(("fallback", dynamic, cause.where)) if dynamic else None
         if fallback is not None:  # the data-dependent op already reported explains it
-            self.cell_findings.add(fallback.id)
-            note = "so the step recompiles as that shape changes "
-            seen = self._changes.setdefault(fallback.id, [])
-            seen.append(cause.message)
-            times = "" if len(seen) == 1 else f", {len(seen)} times"
-            said = f"(Recompiled: {cause.title}{times}: {_first_and_last(seen)})"
-            fallback.fold(note + said, replaces=note)
-            return fallback
+            return self._fold_recompile(fallback, "so the step recompiles as that shape changes ", cause)
+        if self._dynamo_recompiled is not None and cause.kind in _SHAPE_CAUSES:
+            # Dynamo recompiled in this step for a changed size: the lazy graphs around the
+            # compiled call (the loss on its output) resize with it.
+            note = f"so the lazy graph at {self._label(site_frame)} recompiled too "
+            return self._fold_recompile(self._dynamo_recompiled, note, cause)
         # The line that caused it first; the barrier that compiled it (and its callers) as context.
         frames = ([cause.where] if cause.where is not None else []) + [f for f in barrier if f != cause.where]
         cause.details.append(
@@ -508,6 +511,15 @@ class Watcher:
         finding.message = _first_and_last(changes)
         finding.previous_graph_hash = hex_hash(previous_hash)
         return finding
+
+    def _fold_recompile(self, under: Finding, note: str, cause: _Cause) -> Finding:
+        """A recompilation that ``under`` explains, said (and counted) under it."""
+        self.cell_findings.add(under.id)
+        seen = self._changes.setdefault(under.id, [])
+        seen.append(cause.message)
+        times = "" if len(seen) == 1 else f", {len(seen)} times"
+        under.fold(note + f"(Recompiled: {cause.title}{times}: {_first_and_last(seen)})", replaces=note)
+        return under
 
     def _on_execute(self, ev: events.ExecuteEvent) -> Finding | None:
         """A new SPMD program's first run: the large reshards the partitioner inserted into it."""
@@ -605,7 +617,7 @@ class Watcher:
         frames = self.cells.user_frames(ev.frames)
         details = [f"dynamo's failed guard: {guard.strip().splitlines()[0]}"] if guard.strip() else []
         details.append(getattr(ev, "advice", "") or "keep the value fixed from call to call")
-        return self._finding(
+        self._dynamo_recompiled = self._finding(
             ("dynamo_recompile", function, words),
             "recompile",
             f"Recompiled {function}",
@@ -614,6 +626,7 @@ class Watcher:
             "",
             details,
         )
+        return self._dynamo_recompiled
 
     def _label(self, f: Frame | None) -> str:
         return "an unknown place" if f is None else self.cells.label(f)
@@ -806,6 +819,7 @@ class Watcher:
             self._unjudged.clear()
             self._cell_steps += 1
             self._step_reads.clear()
+            self._dynamo_recompiled = None
             self.barriers.barrier()
             return found
         if ACCESS_REASONS.get(ev.reason) is None or ev.graph is None:
