@@ -208,6 +208,35 @@ def test_a_distributions_argument_check_cuts_the_step_and_says_how_to_turn_it_of
     assert "cut the step" not in shell.ok("for _ in range(3):\n    step(False)")
 
 
+BERT = """\
+import torch, xlalab.core.xla_model as xm
+from transformers import BertConfig, BertModel
+dev = xm.xla_device()
+config = BertConfig(
+    vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
+)
+bert = BertModel(config).to(dev)
+ids = torch.randint(0, 50, (2, 8)).to(dev)
+padded = torch.ones(2, 8, dtype=torch.bool)
+padded[1, 6:] = False
+mask_2d = padded.long().to(dev)
+lowest = torch.finfo(torch.float32).min
+mask_4d = torch.zeros(2, 1, 8, 8).masked_fill(~padded[:, None, None, :], lowest).to(dev)
+"""
+
+
+def test_a_transformers_attention_mask_read_says_how_to_avoid_it(shell: Shell) -> None:
+    # transformers reads a 2-d attention_mask each forward (whether any token is padded): a read
+    # inside the library, so the advice is what to pass instead, and the 4-d form cuts nothing.
+    shell.ok(BERT)
+    step = "for _ in range(2):\n    total = bert(input_ids=ids, attention_mask={}).last_hidden_state.sum()\n"
+    step += "    xm.mark_step()"
+    out = shell.ok(step.format("mask_2d"))
+    assert "cut the step" in out and "the read is inside transformers/masking_utils.py" in out, out
+    assert "attention_mask=None" in out and "expanded to 4-d" in out, out
+    assert "cut the step" not in shell.ok(step.format("mask_4d"))
+
+
 def test_an_item_inside_a_step_cuts_it_and_says_where(shell: Shell) -> None:
     shell.ok(setup(13))
     # One look at a value in a cell that runs no steps is how notebooks work: quiet.

@@ -95,6 +95,12 @@ LIBRARY_READ_ADVICE = {
         "distribution with validate_args=False, or call "
         "torch.distributions.Distribution.set_default_validate_args(False) once"
     ),
+    "transformers/masking_utils.py": (
+        "transformers reads a 2-d attention_mask to see whether any token is padded (it then skips "
+        "building the mask): with no padding, pass attention_mask=None; with padding, pass the mask "
+        "expanded to 4-d (batch, 1, query, key; 0 where attended, torch.finfo(dtype).min where "
+        "padded), which it takes as it is"
+    ),
 }
 _BRANCHING = re.compile(r"^\s*(if|elif|while)\b|\bif\b.*\belse\b")
 # kind is set first; frames become "where"; graphs, programs and uploaded arrays stay here
