@@ -1229,3 +1229,18 @@ def test_ctc_loss_takes_its_lengths_as_cpu_tensors() -> None:
     targets = torch.tensor([[1, 2], [3, 3]])
     lengths = torch.tensor([6, 5]), torch.tensor([2, 1])
     differential(lambda d: F.ctc_loss(log_probs.to(d), targets.to(d), *lengths))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_random_fills_draw_both_parts_as_eager(dtype: torch.dtype) -> None:
+    # Eager draws a complex number's parts independently (randn's each with std 1/sqrt(2)): the
+    # imaginary parts were 0, so a complex layer initialised on the device had real weights only.
+    n = 20000
+    z = torch.empty(n, dtype=dtype, device=DEV).normal_(2.0, 3.0).cpu()
+    for part in (z.real, z.imag):
+        assert abs(part.mean().item() - 2.0) < 0.1 and abs(part.std().item() - 3.0 / math.sqrt(2)) < 0.1
+    u = torch.empty(n, dtype=dtype, device=DEV).uniform_(1.0, 3.0).cpu()
+    for part in (u.real, u.imag):
+        assert 1.0 <= part.min().item() and part.max().item() < 3.0 and abs(part.mean().item() - 2.0) < 0.05
+    r = torch.randn(n, dtype=dtype, device=DEV).cpu()
+    assert abs(r.imag.std().item() - 1 / math.sqrt(2)) < 0.05

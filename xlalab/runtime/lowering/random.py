@@ -18,13 +18,24 @@ def _float(x: Any) -> Any:
     return x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32
 
 
+def _complex(parts: Any) -> Any:
+    """Complex numbers from draws whose last axis holds each one's real and imaginary part."""
+    return jax.lax.complex(parts[..., 0], parts[..., 1])
+
+
 @lowering(aten.normal_.default)
 def _normal(x: Any, mean: float = 0.0, std: float = 1.0, *, key: Any) -> Any:
+    if jnp.iscomplexobj(x):  # each part is normal, with std / sqrt(2), as eager draws them
+        parts = jax.random.normal(key, (*x.shape, 2), jnp.finfo(x.dtype).dtype)
+        return _complex(parts * (std / 2**0.5) + mean).astype(x.dtype)
     return (jax.random.normal(key, x.shape, _float(x)) * std + mean).astype(x.dtype)
 
 
 @lowering(aten.uniform_.default)
 def _uniform(x: Any, low: float = 0.0, high: float = 1.0, *, key: Any) -> Any:
+    if jnp.iscomplexobj(x):  # each part uniform in [low, high), as eager draws them
+        part = jnp.finfo(x.dtype).dtype
+        return _complex(jax.random.uniform(key, (*x.shape, 2), part, low, high)).astype(x.dtype)
     return jax.random.uniform(key, x.shape, _float(x), low, high).astype(x.dtype)
 
 
