@@ -49,7 +49,7 @@ def test_a_graph_break_and_a_recompile_are_cell_findings_and_warnings(shell: She
     out = shell.ok('f = torch.compile(scale_rows, backend="xlalab")\nr = f(torch.ones(6, 3).to(dev))')
     assert "xlalab: Graph break in scale_rows (once)" in out, out
     assert "print" in out.split("Graph break in scale_rows", 1)[1].splitlines()[1]  # dynamo's reason
-    assert f"at cell [{defined}], line {PRINT_LINE} in scale_rows: print(\"between graphs\")" in out
+    assert f'at cell [{defined}], line {PRINT_LINE} in scale_rows: print("between graphs")' in out
     assert "2 graphs of scale_rows captured so far" in out  # the graph before the break and after
     warned = [e["warning"] for e in got if e["kind"] == "warning"]
     breaks = [w for w in warned if w["category"] == "graph_break"]
@@ -258,6 +258,18 @@ def test_xla_graph_on_a_decorated_function_compiled_with_openxla(shell: Shell) -
     shell.ok('h = torch.compile(shift, backend="openxla")\nr = h(torch.ones(3).to(dev))')
     out = shell.ok("%xla_graph h")
     assert out.startswith(f"shift (cell [{defined}], line 1): 1 graph"), out
+    assert "aten.tanh.default" in out
+
+
+def test_xla_graph_on_a_decorated_function_that_breaks_before_its_first_graph(shell: Shell) -> None:
+    # Its own frame captures nothing before the break: every graph is the resume function's,
+    # and still the function's, under its own first line (the decorator's).
+    shell.ok("import torch, xlalab\ndev = xlalab.device()")
+    shell.ok('@torch.compile(backend="xlalab")\ndef noisy(x):\n    print("start")\n    return (x * 2).tanh()')
+    defined = shell.sh.execution_count - 1
+    shell.ok("for _ in range(3):\n    r = noisy(torch.ones(3).to(dev))")
+    out = shell.ok("%xla_graph noisy")
+    assert out.startswith(f"noisy (cell [{defined}], line 1): 1 graph"), out
     assert "aten.tanh.default" in out
 
 

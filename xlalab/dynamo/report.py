@@ -104,10 +104,19 @@ class FunctionReport:
     breaks: list[tuple[str, Frame | None]] = field(default_factory=list)
     recompiles: list[tuple[str, str, Frame | None]] = field(default_factory=list)  # guard, words, call
     lazy: list[str] = field(default_factory=list)  # why a graph runs lazily
+    # The code object the user wrote (a decorated function's own, not its wrapper's; never a
+    # resume function's): what ``%xla_graph f`` finds the report by.
+    code: Any = field(default=None, repr=False, compare=False)
 
     @property
     def num_graphs(self) -> int:
         return len(self.graphs)
+
+    def is_for(self, code: Any) -> bool:
+        """Whether this report is of the function whose code object is ``code``."""
+        if self.code is not None:
+            return self.code is code
+        return (self.file, self.line) == (code.co_filename, code.co_firstlineno)
 
 
 # The metrics registry's counters (what the lab's panel shows beside XLA's compiles): every graph
@@ -170,9 +179,22 @@ def _current_code() -> tuple[Any, Any]:
             fn = tx.f_locals.get("fn")
             forward = getattr(type(fn), "forward", None) if isinstance(fn, torch.nn.Module) else fn
             return getattr(forward, "__code__", code), forward if hasattr(forward, "__wrapped__") else None
-        return code, _wrapped_by(code, getattr(tx, "closure", None))
+        return code, _wrapped_by(original_code(code), getattr(tx, "closure", None))
     except Exception:  # outside dynamo (a graph handed to the backend by hand)
         return None, None
+
+
+def original_code(code: Any) -> Any:
+    """The code object of the function a resume function continues (dynamo compiles the part of
+    a function after a graph break as ``torch_dynamo_resume_in_<name>_at_<line>``), or ``code``."""
+    try:
+        from torch._dynamo.resume_execution import ContinueExecutionCache
+    except ImportError:
+        return code
+    seen = 0
+    while (meta := ContinueExecutionCache.generated_code_metadata.get(code)) is not None and seen < 8:
+        code, seen = meta.code, seen + 1
+    return code
 
 
 def _wrapped_by(code: Any, closure: tuple[Any, ...] | None) -> Any:
@@ -212,29 +234,49 @@ def _recompile_reason() -> str | None:
 
 
 def _function(code: Any, wrapper: Any = None) -> FunctionReport:
+    """The report of the function running ``code``: the part of a function after a graph break
+    (a resume function) belongs to that function."""
     if code is None:
         key: tuple[Any, ...] = ("<graph>", 0, "<fx graph>")
-        shown = key
-    else:
-        name = code.co_name
-        m = _RESUME.match(name)
-        if not m:
-            name = getattr(code, "co_qualname", name)
-        if m:  # the rest of a function after a graph break belongs to that function
-            name = m.group(1)
-            for (file, _line, fname, *_), rep in _FUNCTIONS.items():
-                if file == code.co_filename and (fname == name or fname.endswith("." + name)):
-                    return rep
-        key = shown = (code.co_filename, code.co_firstlineno, name)
-        if wrapper is not None:  # a decorator's wrapper: named as the function it wraps
-            inner = inspect.unwrap(wrapper)
-            where = getattr(inner, "__code__", code)
-            shown = (where.co_filename, where.co_firstlineno, wrapper.__qualname__)
-            key = (*key, shown)
+        return _report(key, key, None)
+    orig = original_code(code)
+    resume = _RESUME.match(code.co_name)
+    if resume and (orig is code or wrapper is None):
+        found = _resumed_report(code, orig, resume.group(1))
+        if found is not None:
+            return found
+    name = resume.group(1) if resume and orig is code else getattr(orig, "co_qualname", orig.co_name)
+    key = shown = (orig.co_filename, orig.co_firstlineno, name)
+    if wrapper is None:
+        return _report(key, shown, orig)
+    # a decorator's wrapper: named as the function it wraps
+    own = getattr(inspect.unwrap(wrapper), "__code__", orig)
+    shown = (own.co_filename, own.co_firstlineno, wrapper.__qualname__)
+    return _report((*key, shown), shown, own)
+
+
+def _report(key: tuple[Any, ...], shown: tuple[Any, ...], code: Any) -> FunctionReport:
     found = _FUNCTIONS.get(key)
     if found is None:
-        found = _FUNCTIONS[key] = FunctionReport(shown[2], shown[0], shown[1])
+        found = _FUNCTIONS[key] = FunctionReport(shown[2], shown[0], shown[1], code=code)
     return found
+
+
+def _resumed_report(code: Any, orig: Any, name: str) -> FunctionReport | None:
+    """The report that a resume function's part belongs to: the first one of its original code
+    object (a decorator's wrapper that dynamo did not tell apart shares it), or, where dynamo
+    did not say which code it resumes, the first of that name in its file."""
+    if orig is not code:
+        own = (orig.co_filename, orig.co_firstlineno, getattr(orig, "co_qualname", orig.co_name))
+        return next((rep for at, rep in _keyed_reports() if at == own), None)
+    for (file, _line, fname), rep in _keyed_reports():
+        if file == code.co_filename and (fname == name or fname.endswith("." + name)):
+            return rep
+    return None
+
+
+def _keyed_reports() -> list[tuple[tuple[str, int, str], FunctionReport]]:
+    return [((k[0], k[1], k[2]), rep) for k, rep in _FUNCTIONS.items()]
 
 
 def note_dynamo_graph(gm: Any) -> str:
@@ -270,7 +312,8 @@ def note_dynamo_graph(gm: Any) -> str:
             events.publish(GraphBreakEvent(function=rep.name, reason=reason, advice=advice, frames=frames))
     guard = _recompile_reason() if index == 0 or code is not None else None
     if guard is not None and code is not None:
-        words = explain_guard(guard, _wrapper_arguments(code, wrapper) if wrapper is not None else None)
+        rename = _wrapper_arguments(original_code(code), wrapper) if wrapper is not None else None
+        words = explain_guard(guard, rename)
         call = user_frames()
         resume = _RESUME.match(code.co_name)
         if resume:  # the call is past the function's own frame, which runs the part after its break

@@ -56,7 +56,7 @@ def _compiled_report(expr: str, value: Any) -> Any:
     from xlalab.dynamo import compiled_functions
 
     for report in compiled_functions():
-        if report.file == code.co_filename and report.line == code.co_firstlineno:
+        if report.is_for(code):
             return report
     raise UsageError(
         f"{expr} is compiled but dynamo has not compiled it yet (or not with backend='xlalab' or "
