@@ -220,7 +220,7 @@ def test_breaks_in_a_train_step_name_the_users_lines(dev: torch.device) -> None:
     (rep,) = [r for r in dynamo.compiled_functions() if r.name == "train_step"]
     lines, first = inspect.getsourcelines(train_step)
     line_of = {text.split("#")[0].strip(): first + i for i, text in enumerate(lines)}
-    where = {reason.split(" Explanation")[0]: w for reason, w in rep.breaks}
+    where = {reason.split(". ", 1)[0]: w for reason, w in rep.breaks}
     backward = where["Unsupported Tensor.backward() call"]
     assert backward is not None and backward.line == line_of["loss.backward()"]
     step = where["Call to `torch._dynamo.graph_break()`"]

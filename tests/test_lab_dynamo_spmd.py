@@ -68,6 +68,39 @@ def test_a_graph_break_and_a_recompile_are_cell_findings_and_warnings(shell: She
     assert "xlalab:" not in shell.ok("r = f(torch.ones(5, 3).to(dev))")
 
 
+ITEM = """\
+import torch, xlalab, xlalab.dynamo
+dev = xlalab.device()
+
+def by_max(x):
+    h = x * 2
+    scale = h.abs().max().item()
+    return h / scale
+"""
+ITEM_LINE = 6  # in the ITEM cell
+
+
+def test_a_value_read_by_item_is_named_by_its_line_in_a_recompile(shell: Shell) -> None:
+    shell.ok(ITEM)
+    defined = shell.sh.execution_count - 1
+    out = shell.ok('f = torch.compile(by_max, backend="xlalab")\nr = f(torch.ones(4).to(dev))')
+    # Dynamo's reason, explanation and hint as sentences, not glued lines.
+    reason = out.split("Graph break in by_max", 1)[1].splitlines()[1]
+    assert "capture_scalar_outputs=False. Dynamo does not support tracing" in reason, out
+    assert "Explanation:" not in reason and "Developer debug context" not in reason
+    out = shell.ok("r = f(torch.full((4,), 3.0).to(dev))")
+    assert "xlalab: Recompiled by_max (once)" in out, out
+    assert f"the value read by `.item()` into `scale` at cell [{defined}], line {ITEM_LINE} is no longer" in out
+    assert "___stack0`" not in out
+    guard = next(line for line in out.splitlines() if "dynamo's failed guard:" in line)
+    assert f"# cell [{defined}], line {ITEM_LINE + 1} in by_max" in guard, guard
+    assert "<ipython-input" not in guard and "torch_dynamo_resume" not in guard
+    summary = shell.ok("print(xlalab.dynamo.summary())")
+    mine = summary.split("by_max (", 1)[1].split("\n", 1)[1]
+    assert "capture_scalar_outputs=False. Dynamo does not support tracing" in mine, summary
+    assert "recompiled: the value read by `.item()` into `scale` at <ipython-input-" in mine
+
+
 # --------------------------------------------------------------------------- %xla_sharding
 
 # SPMD needs its 8 devices before JAX starts, so the shell runs in a process of its own.

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import linecache
 import os
 import re
 import weakref
@@ -36,7 +37,7 @@ from typing import Any
 import torch
 
 from xlalab.runtime import events, metrics
-from xlalab.runtime.frames import Frame, user_frames
+from xlalab.runtime.frames import Frame, relabel_locations, user_frames
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,8 @@ _BY_LABEL: dict[str, GraphReport] = {}
 _FN_BY_LABEL: dict[str, FunctionReport] = {}
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
-_RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_\d+$")
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
+_RESUME_NAME = re.compile(r"\btorch_dynamo_resume_in_(\w+?)_at_\d+\b")
 
 
 def compiled_functions() -> list[FunctionReport]:
@@ -152,11 +154,15 @@ def summary() -> str:
                 lines.append(f"    {advice}")
         for guard, words, call in rep.recompiles:
             at = f", at {os.path.basename(call.file)}:{call.line}" if call else ""
-            lines.append(f"  recompiled: {words}{at}")
+            lines.append(f"  recompiled: {relabel_locations(words, _base_name)}{at}")
             lines.append(f"    {guard_advice(guard)}")
         for why in rep.lazy:
             lines.append(f"  runs lazily: {why}")
     return "\n".join(lines)
+
+
+def _base_name(file: str, line: int) -> str:
+    return f"{os.path.basename(file)}:{line}"
 
 
 def reset() -> None:
@@ -301,7 +307,7 @@ def note_dynamo_graph(gm: Any) -> str:
         # is at the user's ``opt.step()``).
         mine = [s for s in stack if not s.filename.startswith(_TORCH_DIR)] or stack
         where = Frame(mine[-1].filename, mine[-1].lineno or 0, mine[-1].name) if mine else None
-        reason = _first_line(str(cause.reason))
+        reason = break_reason(str(cause.reason))
         rep.breaks.append((reason, where))
         if listening:
             # Innermost first and the user's own, as every event's frames (a break inside
@@ -312,8 +318,7 @@ def note_dynamo_graph(gm: Any) -> str:
             events.publish(GraphBreakEvent(function=rep.name, reason=reason, advice=advice, frames=frames))
     guard = _recompile_reason() if index == 0 or code is not None else None
     if guard is not None and code is not None:
-        rename = _wrapper_arguments(original_code(code), wrapper) if wrapper is not None else None
-        words = explain_guard(guard, rename)
+        words = explain_guard(guard, _guard_names(rep, code, wrapper))
         call = user_frames()
         resume = _RESUME.match(code.co_name)
         if resume:  # the call is past the function's own frame, which runs the part after its break
@@ -364,9 +369,27 @@ def note_lazy(name: str, why: str) -> None:
         rep.lazy.append(why)
 
 
-def _first_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return " ".join(lines[:2]) if lines else text
+def break_reason(text: str) -> str:
+    """Dynamo's reason for a graph break as sentences: what it could not trace, its explanation
+    and its hints (without the developer context and the link that follow them)."""
+    sentences: list[str] = []
+    for raw in text.strip().splitlines():
+        line = raw.strip()
+        if line.startswith(("Developer debug context", "For more details")):
+            break
+        if line.startswith("Explanation:"):
+            line = line[len("Explanation:") :].strip()
+        if line:
+            sentences.append(line if line.endswith((".", "!", "?", ":")) else line + ".")
+    return " ".join(sentences[:4]) if sentences else text
+
+
+def guard_text(guard: str) -> str:
+    """A failed guard's first line as dynamo wrote it, without its column padding, its comment
+    naming the function the user wrote rather than dynamo's resume function."""
+    first = guard.strip().splitlines()[0] if guard.strip() else guard
+    first = re.sub(r"\s{2,}#", "  #", first)
+    return _RESUME_NAME.sub(lambda m: m[1], first)
 
 
 # ----------------------------------------------------------------------------- breaks: what to change
@@ -502,6 +525,60 @@ def _wrapper_arguments(code: Any, wrapped: Any) -> Callable[[str], str]:
     return rename
 
 
+def _guard_names(rep: FunctionReport, code: Any, wrapper: Any) -> Callable[[str], str] | None:
+    """How a guard of ``code`` names what it checks as the user knows it: a decorator's
+    arguments by the wrapped function's parameters, the values a resume function got from the
+    graph break before it by where they came from."""
+    arguments = _wrapper_arguments(original_code(code), wrapper) if wrapper is not None else None
+    carried = _carried_values(rep, code)
+    if carried is None:
+        return arguments
+    if arguments is None:
+        return carried
+    return lambda text: carried(arguments(text))
+
+
+def _carried_values(rep: FunctionReport, code: Any) -> Callable[[str], str] | None:
+    """A resume function gets the stack of the frame it continues as ``___stack0``, ...; the
+    last of them is the value of the call that broke the graph (``.item()``'s number)."""
+    m = _RESUME.match(code.co_name)
+    if m is None:
+        return None
+    line = int(m[2])
+    reason, where = next(
+        (
+            (r, w)
+            for r, w in reversed(rep.breaks)
+            if w is not None and (w.file, w.line) == (code.co_filename, line)
+        ),
+        ("", Frame(code.co_filename, line, m[1])),
+    )
+    stack = [int(n[len("___stack") :]) for n in code.co_varnames if re.fullmatch(r"___stack\d+", n)]
+    top = f"___stack{max(stack)}" if stack else None
+    source = linecache.getline(where.file, where.line)
+    read = "Tensor.item" in reason or ".item()" in source
+    into = re.match(r"\s*(\w+)\s*=[^=].*\.item\(\)\s*(#.*)?$", source)
+    at = (f" into `{into[1]}`" if into else "") + f" at {where.file}:{where.line}"
+
+    def rename(text: str) -> str:
+        if not re.fullmatch(r"___stack\d+", text):
+            return text
+        if text == top and read:
+            return f"the value read by `.item()`{at}"
+        return f"a value carried across the graph break at {where.file}:{where.line}"
+
+    return rename
+
+
+def _shown(source: str, rename: Callable[[str], str] | None, part: str = "") -> str:
+    """``source`` (a guard's ``L['x']``) as the message says it: ```x.size(0)``` for a name,
+    ```.size(0)`` of the value read by ...`` for a value the rename describes in words."""
+    name = _pretty(source, rename)
+    if " " not in name:
+        return f"`{name}{part}`"
+    return f"`{part.lstrip('.')}` of {name}" if part else name
+
+
 def explain_guard(guard: str, rename: Callable[[str], str] | None = None) -> str:
     """Dynamo's failed guard in plain words (the raw text when it is not a known kind);
     ``rename`` maps a source (``x``, ``kwargs.input_ids``) to the name the user knows."""
@@ -509,27 +586,27 @@ def explain_guard(guard: str, rename: Callable[[str], str] | None = None) -> str
     first = re.sub(r"^\d+/\d+: ", "", first)
     m = _SIZE.search(first)
     if m:
-        return f"`{_pretty(m['name'], rename)}.size({m['i']})` changed {m['a']} → {m['b']}"
+        return f"{_shown(m['name'], rename, '.size(' + m['i'] + ')')} changed {m['a']} → {m['b']}"
     m = _STRIDE.search(first)
     if m:
-        return f"`{_pretty(m['name'], rename)}.stride({m['i']})` changed {m['a']} → {m['b']}"
+        return f"{_shown(m['name'], rename, '.stride(' + m['i'] + ')')} changed {m['a']} → {m['b']}"
     m = _DTYPE.search(first)
     if m:
-        return f"`{_pretty(m['name'], rename)}.dtype` changed {m['a']} → {m['b']}"
+        return f"{_shown(m['name'], rename, '.dtype')} changed {m['a']} → {m['b']}"
     m = _RANK.search(first)
     if m:
-        return f"`{_pretty(m['name'], rename)}.dim()` changed {m['a']} → {m['b']}"
+        return f"{_shown(m['name'], rename, '.dim()')} changed {m['a']} → {m['b']}"
     m = _GRAD.search(first)
     if m:
         was = "True" if m["a"] == "1" else "False"
         now = "False" if was == "True" else "True"
-        return f"`{_pretty(m['name'], rename)}.requires_grad` changed {was} → {now}"
+        return f"{_shown(m['name'], rename, '.requires_grad')} changed {was} → {now}"
     m = _EQ.match(first)
     if m:
-        return f"`{_pretty(m['name'], rename)}` is no longer {m['a']} (a Python value baked into the graph)"
+        return f"{_shown(m['name'], rename)} is no longer {m['a']} (a Python value baked into the graph)"
     m = _TYPE.search(first)
     if m:
-        now = f"`{_pretty(m['name'], rename)}` is now {_kind_of(m['found'])}"
+        now = f"{_shown(m['name'], rename)} is now {_kind_of(m['found'])}"
         if m["found"].startswith(("torch.", "xlalab.")):
             return f"{now}: the graph was compiled for a tensor of another device or type"
         return f"{now} where the graph was compiled for a tensor"
@@ -548,8 +625,10 @@ def explain_guard(guard: str, rename: Callable[[str], str] | None = None) -> str
     m = _TRUTH.match(first)
     if m:
         was = "false or empty" if m["not"] else "true"
+        shown = _shown(m["name"], rename)
         carried = " (a value carried across a graph break)" if m["name"].startswith("___stack") else ""
-        return f"`{_pretty(m['name'], rename)}`{carried} is no longer {was}: the code branched on it"
+        carried = carried if shown.startswith("`") else ""
+        return f"{shown}{carried} is no longer {was}: the code branched on it"
     return _pretty(first, rename)
 
 

@@ -14,7 +14,7 @@ import os
 import sysconfig
 from typing import Any
 
-from xlalab.runtime.frames import Frame
+from xlalab.runtime.frames import Frame, relabel_locations
 
 # Frames in these directories are the notebook machinery (IPython, ipykernel, asyncio,
 # tornado), never the user's code: the runtime keeps them, the notebook layer drops them.
@@ -65,6 +65,19 @@ class CellMap:
         if cell is not None:
             return f"cell [{cell[0]}], line {f.line}"
         return f"{os.path.basename(f.file)}:{f.line}"
+
+    def relabel(self, text: str) -> str:
+        """Each ``file:line`` of a cell in text from torch (a guard, dynamo's reason) as
+        ``cell [N], line M``; dynamo may have cut the start of the file's name."""
+        return relabel_locations(text, self._cell_label)
+
+    def _cell_label(self, file: str, line: int) -> str | None:
+        compiler = getattr(self.shell, "compile", None)
+        names: dict[str, int] = getattr(compiler, "_filename_map", {}) or {}
+        count = names.get(file)
+        if count is None and not file.startswith("<"):
+            count = next((n for name, n in names.items() if name.endswith(file)), None)
+        return None if count is None else f"cell [{count}], line {line}"
 
     def location(self, f: Frame) -> dict[str, Any]:
         """A location as the comm protocol spells it (docs/lab-protocol.md)."""

@@ -597,7 +597,7 @@ class Watcher:
 
     def _on_graph_break(self, ev: events.Event) -> Finding:
         """Dynamo ended a compiled function's graph early: its reason, at the user's line."""
-        function, reason = getattr(ev, "function", ""), getattr(ev, "reason", "")
+        function, reason = getattr(ev, "function", ""), self.cells.relabel(getattr(ev, "reason", ""))
         frames = self.cells.user_frames(ev.frames)
         where = frames[0] if frames else None
         finding = self._finding(
@@ -618,10 +618,13 @@ class Watcher:
 
     def _on_dynamo_recompile(self, ev: events.Event) -> Finding:
         """Dynamo compiled a function again: the guard that failed, in plain words."""
+        from xlalab.dynamo.report import guard_text  # only compiled mode sends this event
+
         function = getattr(ev, "function", "")
-        words, guard = getattr(ev, "explanation", ""), getattr(ev, "guard", "")
+        words = self.cells.relabel(getattr(ev, "explanation", ""))
+        guard = self.cells.relabel(guard_text(getattr(ev, "guard", "")))
         frames = self.cells.user_frames(ev.frames)
-        details = [f"dynamo's failed guard: {guard.strip().splitlines()[0]}"] if guard.strip() else []
+        details = [f"dynamo's failed guard: {guard}"] if guard.strip() else []
         details.append(getattr(ev, "advice", "") or "keep the value fixed from call to call")
         self._dynamo_recompiled = self._finding(
             ("dynamo_recompile", function, words),

@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import sysconfig
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -137,3 +138,14 @@ def library_path(file: str) -> str:
 def user_frame() -> Frame | None:
     frames = user_frames(1)
     return frames[0] if frames else None
+
+
+# ``file:line`` in text from torch (a guard's comment, dynamo's reason): a notebook's
+# ``<ipython-input-3-...>`` or a path ending in ``.py`` (dynamo cuts a path's common prefix with
+# torch's own directory, so the path may be the end of the file's name only).
+_LOCATION = re.compile(r"(<[^<>\s]+>|[^\s:'\"`()<>#,]+\.py):(\d+)")
+
+
+def relabel_locations(text: str, label: Callable[[str, int], str | None]) -> str:
+    """Each ``file:line`` in ``text`` as ``label(file, line)`` names it (kept where it says None)."""
+    return _LOCATION.sub(lambda m: label(m[1], int(m[2])) or m[0], text)
