@@ -28,7 +28,6 @@ that an optimizer built before the move follows them.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import threading
 import warnings
@@ -36,6 +35,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from xlalab.runtime.frames import is_library
 
 from . import moved_optimizers
 
@@ -115,27 +116,36 @@ def _retie(root: torch.nn.Module, before: list[list[_Place]], was_on_xla: list[b
         f"{type(root).__name__}: {ties} shared one Parameter before moving to {moved_to}, and the "
         "move made a separate copy for each. xlalab re-tied them, so they are one Parameter again; "
         "torch_xla would keep independent copies that drift apart at the first optimizer step. "
-        "To be portable, tie them after .to(device) (e.g. model.to(dev); "
-        "model.decoder.weight = model.encoder.weight).",
+        f"To be portable, tie them after .to(device): {_tie_example(root, split)}.",
         XlaWeightTyingWarning,
         stacklevel=_user_stacklevel(),
     )
 
 
-_SKIP_DIRS = (
-    os.path.dirname(torch.__file__) + os.sep,
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
-)
+def _tie_example(root: torch.nn.Module, split: list[tuple[str, ...]]) -> str:
+    """How to tie after the move: the model's own ``tie_weights()`` where it has one (Hugging
+    Face models), else an assignment of the model's own paths."""
+    if callable(getattr(root, "tie_weights", None)):
+        return "model = model.to(dev); model.tie_weights()"
+    first = split[0]
+    assignments = "; ".join(f"{_expression(p)} = {_expression(first[0])}" for p in first[1:])
+    return f"model = model.to(dev); {assignments}"
+
+
+def _expression(path: str) -> str:
+    """A parameter's dotted path as Python spells it: ``layers.0.weight`` -> ``model.layers[0].weight``."""
+    return "model" + "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in path.split("."))
 
 
 def _user_stacklevel() -> int:
-    # Point the warning at the user's ``.to()`` line, past torch's and xlalab's frames.
+    """The stacklevel of the first frame outside torch, xlalab and installed libraries
+    (transformers' ``PreTrainedModel.to``): the user's ``.to()`` line."""
     frame = sys._getframe(1)
     level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_SKIP_DIRS):
+    while frame is not None and is_library(frame.f_code.co_filename):
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
-    return level
+    return level if frame is not None else 1
 
 
 def install() -> None:
