@@ -90,7 +90,8 @@ def test_a_value_read_by_item_is_named_by_its_line_in_a_recompile(shell: Shell) 
     assert "Explanation:" not in reason and "Developer debug context" not in reason
     out = shell.ok("r = f(torch.full((4,), 3.0).to(dev))")
     assert "xlalab: Recompiled by_max (once)" in out, out
-    assert f"the value read by `.item()` into `scale` at cell [{defined}], line {ITEM_LINE} is no longer" in out
+    read = f"the value read by `.item()` into `scale` at cell [{defined}], line {ITEM_LINE}"
+    assert f"{read} is no longer" in out
     assert "___stack0`" not in out
     guard = next(line for line in out.splitlines() if "dynamo's failed guard:" in line)
     assert f"# cell [{defined}], line {ITEM_LINE + 1} in by_max" in guard, guard
