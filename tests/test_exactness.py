@@ -1244,3 +1244,25 @@ def test_complex_random_fills_draw_both_parts_as_eager(dtype: torch.dtype) -> No
         assert 1.0 <= part.min().item() and part.max().item() < 3.0 and abs(part.mean().item() - 2.0) < 0.05
     r = torch.randn(n, dtype=dtype, device=DEV).cpu()
     assert abs(r.imag.std().item() - 1 / math.sqrt(2)) < 0.05
+
+
+_REFUSED_OUTS = {
+    "mm into float64": lambda a, d: torch.mm(a, a.t(), out=torch.zeros(2, 2, dtype=torch.float64, device=d)),
+    "sin into int64": lambda a, d: torch.sin(a, out=torch.zeros(2, 3, dtype=torch.int64, device=d)),
+    "abs into int8": lambda a, d: torch.abs(a, out=torch.zeros(2, 3, dtype=torch.int8, device=d)),
+    "mean into int32": lambda a, d: torch.mean(a, 0, out=torch.zeros(3, dtype=torch.int32, device=d)),
+    "argmax into float": lambda a, d: torch.argmax(a, 0, out=torch.zeros(3, device=d)),
+}
+
+
+@pytest.mark.parametrize("call", _REFUSED_OUTS.values(), ids=_REFUSED_OUTS.keys())
+def test_an_out_tensor_eager_refuses_raises_eagers_error(call: Callable[[Any, Any], Any]) -> None:
+    # An out= tensor of a dtype the kernel cannot write raises at the call, in eager's words;
+    # one it can (a wider float) still works.
+    a = torch.randn(2, 3)
+    with pytest.raises(RuntimeError) as eager:
+        call(a, "cpu")
+    with pytest.raises(RuntimeError) as lazy:
+        call(a.to(DEV), DEV)
+    assert str(lazy.value) == str(eager.value)
+    differential(lambda d: torch.add(a.to(d), a.to(d), out=torch.zeros(2, 3, dtype=torch.float64, device=d)))

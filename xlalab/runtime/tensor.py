@@ -934,6 +934,7 @@ def _out_variant(functional: OpOverload) -> Handler:
     def handler(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         kw = dict(kwargs)
         out = kw.pop("out")
+        _check_out(func, args, kwargs)
         node = record(functional, args, kw)
         if node is None or node.outs is not None or not isinstance(out, XlaTensor):
             return fallback(func, args, kwargs)
@@ -941,6 +942,56 @@ def _out_variant(functional: OpOverload) -> Handler:
         return out
 
     return handler
+
+
+_OUT_REFUSALS: dict[Any, str | None] = {}  # out= call signature -> eager's error, if it refuses
+
+
+def _check_out(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Eager's refusal of an out= tensor (a dtype the result cannot be cast to, or that the kernel
+    does not write: ``mm(..., out=float64)``), raised at the call: asked of torch's meta kernel
+    once per signature, and of eager's CPU kernel where the meta kernel refuses."""
+    key: Any = (id(func), _signature(args), _signature(tuple(kwargs.items())))
+    try:
+        refusal = _OUT_REFUSALS.get(key, "")
+    except TypeError:  # an unhashable argument: nothing to remember it by
+        key, refusal = None, ""
+    if refusal == "":
+        refusal = _out_refusal(func, args, kwargs)
+        if key is not None:
+            _OUT_REFUSALS[key] = refusal
+    if refusal is not None:
+        raise RuntimeError(refusal)
+
+
+def _signature(args: Any) -> tuple[Any, ...]:
+    return tuple(
+        (tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor)
+        else _signature(a) if isinstance(a, (list, tuple)) else a
+        for a in args
+    )  # fmt: skip
+
+
+def _out_refusal(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the resize warning is eager's to give, once, above
+        try:
+            func(*[_meta_operand(a) for a in args], **{k: _meta_operand(v) for k, v in kwargs.items()})
+            return None
+        except RuntimeError:
+            pass
+        except Exception:  # no meta kernel for this out= variant: nothing to ask
+            return None
+        if _max_numel(args) > _SMALL or _max_numel(kwargs.values()) > _SMALL:
+            return None  # too large to ask eager's kernel on zeros: let the call go on
+        zeros = {k: _cpu_zeros(v, False) for k, v in kwargs.items()}
+        try:
+            func(*[_cpu_zeros(a, False) for a in args], **zeros)
+        except RuntimeError as e:
+            return str(e)
+    return None
 
 
 # True while a functionalized graph (AOTAutograd's, in compiled mode) runs: its ``view`` is
