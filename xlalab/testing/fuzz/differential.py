@@ -1,7 +1,8 @@
 """Run a fuzz program on eager CPU and on ``xla:0`` and compare every value.
 
 Compared: every program value (inputs too: a write through a view must reach its base)
-and, for backward programs, the inputs' ``.grad``. Shapes and dtypes must be identical;
+and, for backward programs, the inputs' ``.grad``. Shapes, dtypes and layouts (contiguity,
+the strides of dims with more than one element) must be identical;
 integers, bools and the float values the menu marks exact must be equal bit for bit
 (NaN positions and the sign of zero included); other floats are compared with the dtype's
 tolerance. If eager raises, xla must raise too (anywhere up to the sync); xla raising
@@ -11,7 +12,7 @@ where eager did not is a crash.
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -53,6 +54,7 @@ class Run:
     error: tuple[int, str] | None
     values: list[Any]  # CPU tensors (or None for an absent grad)
     names: list[str]
+    layouts: list[Any] = field(default_factory=list)  # per value, as the program saw it (layout())
 
 
 def execute(program: Program, dev: torch.device) -> Run:
@@ -78,11 +80,20 @@ def execute(program: Program, dev: torch.device) -> Run:
             import xlalab.core.xla_model as xm
 
             xm.mark_step()
+        layouts = [layout(v) for v in values]
         out = [v.detach().cpu() if isinstance(v, torch.Tensor) else v for v in values]
     except Exception as e:
         values.clear()
         return _failed(ns, end, e)
-    return Run(None, out, names)
+    return Run(None, out, names, layouts)
+
+
+def layout(v: Any) -> Any:
+    """What a program can see of a tensor's layout: whether it is contiguous, and the strides of
+    its dims that have more than one element (a size-1 dim's stride is never used)."""
+    if not isinstance(v, torch.Tensor):
+        return None
+    return v.is_contiguous(), tuple(st for n, st in zip(v.shape, v.stride()) if n > 1)
 
 
 def losses_of(program: Program) -> list[str]:
@@ -130,6 +141,8 @@ def compare(program: Program, eager: Run, lazy: Run) -> Finding | None:
         owner = owners[k] if k < len(owners) else "grad"
         is_exact = k < len(exact) and exact[k]
         problem = _differs(e, x, is_exact, zero_sign=k < len(signless) and not signless[k])
+        if problem is None and k < len(eager.layouts) and eager.layouts[k] != lazy.layouts[k]:
+            problem = f"layout (contiguous, strides): eager {eager.layouts[k]}, xla {lazy.layouts[k]}"
         if problem:
             return Finding("mismatch", owner, f"{name} ({owner}): {problem}")
     return None
