@@ -1266,3 +1266,29 @@ def test_an_out_tensor_eager_refuses_raises_eagers_error(call: Callable[[Any, An
         call(a.to(DEV), DEV)
     assert str(lazy.value) == str(eager.value)
     differential(lambda d: torch.add(a.to(d), a.to(d), out=torch.zeros(2, 3, dtype=torch.float64, device=d)))
+
+
+_NAN = math.nan
+
+
+@pytest.mark.parametrize("values", [[_NAN, 1.0, 2.0, _NAN], [_NAN, _NAN, _NAN, 1.0], [2.0, 1.0, 2.0]])
+def test_mode_counts_nans_as_one_value(values: list[float]) -> None:
+    # NaNs are one run of equal values in eager's mode (the indices of ties are eager's own order).
+    differential(lambda d: torch.tensor(values, device=d).mode()[0])
+
+
+@pytest.mark.parametrize("op", [torch.cummax, torch.cummin])
+def test_running_extremes_keep_the_sign_of_zero(op: Callable[..., Any]) -> None:
+    differential(lambda d: list(op(torch.tensor([0.0, -0.0, -0.0, 0.0, 1.0, -0.0], device=d), 0)))
+
+
+def test_a_number_beyond_float16s_range_is_refused_after_one_in_range() -> None:
+    # Eager's clamp refuses a bound float16 cannot hold, every time: the acceptance of an
+    # in-range bound (the same op signature) must not be reused for it.
+    x = torch.tensor([1.0, 2.0, -3.3], dtype=torch.float16)
+    differential(lambda d: x.to(d).clamp(max=1.1))
+    with pytest.raises(RuntimeError, match="without overflow"):
+        x.clamp(max=70000.0)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        x.to(DEV).clamp(max=70000.0).cpu()
+    differential(lambda d: x.to(d) + 70000.0)  # an addition takes it (the result is inf)

@@ -512,3 +512,25 @@ def test_view_as_complex_checks_the_layout_as_eager(pairs: Callable[[Any], Any])
     assert str(lazy.value) == str(eager.value)
     fine = torch.view_as_complex(torch.arange(12.0, device="xla")[2:].view(5, 2))
     assert torch.equal(fine.cpu(), torch.view_as_complex(torch.arange(12.0)[2:].view(5, 2)))
+
+
+_EXPANDED_WRITES: dict[str, Callable[[Any], Any]] = {
+    "index_put_": lambda v: v.index_put_((torch.tensor([0], device=v.device),), torch.tensor(9.0)),
+    "masked_fill_": lambda v: v.masked_fill_(torch.tensor([[True], [False]], device=v.device), 5.0),
+    "index_fill_": lambda v: v.index_fill_(0, torch.tensor([1], device=v.device), -1.0),
+    "fill_ of a row": lambda v: v[1].fill_(7.0),
+}
+
+
+@pytest.mark.parametrize("write", _EXPANDED_WRITES.values(), ids=_EXPANDED_WRITES.keys())
+def test_a_write_to_some_rows_of_an_expand_reaches_the_shared_elements(write: Callable[[Any], Any]) -> None:
+    # Eager writes memory: a row of a[:1].expand(2, 3) that is written is what every row and the
+    # base then read. The unwritten row's copy of the old values must not overwrite it.
+    def program(device: str) -> list[torch.Tensor]:
+        a = torch.arange(6.0, device=device).reshape(2, 3)
+        view = a[:1].expand(2, 3)
+        write(view)
+        return [a, view]
+
+    for want, got in zip(program("cpu"), program("xla"), strict=True):
+        assert torch.equal(got.cpu(), want), (want, got.cpu())

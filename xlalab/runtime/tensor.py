@@ -418,7 +418,7 @@ class _Args:
             return self.add(a)
         if tp is float:
             if is_scalar:
-                self.sig.append(float)
+                self.sig.append(float_signature(a))
                 return self.add(ir.scalar(a, 0))
             return ir.Const(a, None)  # baked: exact, so 0.0 and -0.0 or 1.0 and 1 stay apart
         if tp is bool:
@@ -447,6 +447,22 @@ class _Args:
         self.sig.append(node.shape)
         self.sig.append(node.dtype)
         return self.add(node)
+
+
+_BEYOND_HALF = (float, "beyond float16's range")
+_BEYOND_SINGLE = (float, "beyond float32's range")
+
+
+def float_signature(v: float) -> Any:
+    """A float graph input's entry in its op's signature: its type, and whether it is beyond
+    float16's or float32's range. Eager's kernels refuse such a value for those types in some ops
+    ("value cannot be converted to type c10::Half without overflow": ``clamp``, ``fill_``), so a
+    value out of range gets its own signature, and eager is asked again rather than the answer
+    for an in-range value reused."""
+    size = abs(v)
+    if size <= 65504.0 or size == math.inf or size != size:
+        return float
+    return _BEYOND_HALF if size <= 3.4028234663852886e38 else _BEYOND_SINGLE
 
 
 def _cpu_operand_error(func: OpOverload, t: torch.Tensor, device: int) -> str:
@@ -723,7 +739,7 @@ def record(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
         elif tp is int or a is None:  # sizes, dims, flags: the template holds them as they are
             tpl.append(a)
         elif tp is float and i in sp:
-            sig.append(float)
+            sig.append(float if -65504.0 <= a <= 65504.0 else float_signature(a))
             tpl.append(ir.SLOTS[len(operands)] if len(operands) < 256 else ir.slot(len(operands)))
             operands.append(ir.scalar(a, 0))
         else:

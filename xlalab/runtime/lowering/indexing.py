@@ -524,9 +524,9 @@ def _mode(x: Array, dim: int = -1, keepdim: bool = False) -> tuple[Array, Array]
     values, order = _sorted_slices(x, dim)
     n = values.shape[-1]
     at = jnp.arange(n)
-    starts = jnp.concatenate(
-        [jnp.ones((*values.shape[:-1], 1), bool), values[..., 1:] != values[..., :-1]], axis=-1
-    )
+    after, before = values[..., 1:], values[..., :-1]
+    differs = (after != before) & ~(jnp.isnan(after) & jnp.isnan(before))  # NaNs are one run, as in eager
+    starts = jnp.concatenate([jnp.ones((*values.shape[:-1], 1), bool), differs], axis=-1)
     run_start = lax.cummax(jnp.where(starts, at, 0), axis=values.ndim - 1)
     run_length = at - run_start + 1  # so far, at each position of a run of equal values
     # The first position where a run reaches the greatest length ends the smallest mode.

@@ -337,7 +337,10 @@ def _cumulative_extreme(x: Array, dim: int, better: Callable[[Array, Array], Arr
             take_b = better(vb, va)
         return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
 
-    return lax.associative_scan(combine, (x, index), axis=dim)
+    _, where = lax.associative_scan(combine, (x, index), axis=dim)
+    # The values are read at the indices: the scan merges its halves by adding zeros, which turns
+    # a -0.0 into 0.0.
+    return jnp.take_along_axis(x, where, axis=dim), where
 
 
 @lowering(aten.cummax.default)

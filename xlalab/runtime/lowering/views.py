@@ -244,9 +244,28 @@ def _write(base: Any, chain: tuple[Any, ...], src: Any) -> Any:
 
 
 def _scatter_at(base: Any, positions: Any, values: Any) -> Any:
-    """``base`` with ``values`` (broadcast to ``positions``' shape) at those flat positions."""
-    values = jnp.broadcast_to(values, positions.shape)
-    return jnp.ravel(base).at[jnp.ravel(positions)].set(jnp.ravel(values)).reshape(base.shape)
+    """``base`` with ``values`` (broadcast to ``positions``' shape) at those flat positions.
+
+    Where positions repeat (an ``expand``ed view's rows share their base's elements), only the
+    copies the write changed are written: eager's kernel writes to memory, so an element one row
+    of the view was given (``index_put_``, ``masked_fill_`` on some rows) is what every row then
+    reads; the unchanged copies hold the old value and must not win."""
+    flat = jnp.ravel(base)
+    where, new = jnp.ravel(positions), jnp.ravel(jnp.broadcast_to(values, positions.shape))
+    changed = _differs(new, flat[where])
+    where = jnp.where(changed, where, flat.size)  # out of range: dropped
+    return flat.at[where].set(new, mode="drop").reshape(base.shape)
+
+
+def _differs(new: Any, old: Any) -> Any:
+    """Elementwise, whether ``new`` is another value than ``old`` (a zero's sign counts; NaN is
+    NaN)."""
+    if jnp.iscomplexobj(new):
+        return _differs(new.real, old.real) | _differs(new.imag, old.imag)
+    if not jnp.issubdtype(new.dtype, jnp.floating):
+        return new != old
+    nan = jnp.isnan(new)
+    return (nan != jnp.isnan(old)) | (~nan & ((new != old) | (jnp.signbit(new) != jnp.signbit(old))))
 
 
 def _inverts(name: str) -> bool:
