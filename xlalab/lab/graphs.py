@@ -20,6 +20,7 @@ import torch
 
 from xlalab.debug import graph_dump
 from xlalab.runtime import graph as _graph
+from xlalab.runtime import ir
 from xlalab.runtime import sharding as _sharding
 from xlalab.runtime import tensor as _tensor
 
@@ -56,7 +57,11 @@ def pending_graph(tensors: list[tuple[str, torch.Tensor]] | None) -> tuple[Any, 
                 "(move it with .to(xm.xla_device()))"
             )
         roots.append(_tensor.value(t))
-    return _graph.linearize(roots), ", ".join(name for name, _ in tensors)
+    names = ", ".join(name for name, _ in tensors)
+    if all(r.op is ir.DATA for r in roots):
+        held = "holds" if len(roots) == 1 else "hold"
+        raise GraphInputError(f"nothing is pending for {names}: {held} computed device data")
+    return _graph.linearize(roots), names
 
 
 def graph_payload(
