@@ -141,7 +141,8 @@ def compare(program: Program, eager: Run, lazy: Run) -> Finding | None:
         owner = owners[k] if k < len(owners) else "grad"
         is_exact = k < len(exact) and exact[k]
         problem = _differs(e, x, is_exact, zero_sign=k < len(signless) and not signless[k])
-        if problem is None and k < len(eager.layouts) and eager.layouts[k] != lazy.layouts[k]:
+        laid_out = k < len(eager.layouts) and k < len(lazy.layouts)  # (compiled runs keep none)
+        if problem is None and laid_out and eager.layouts[k] != lazy.layouts[k]:
             problem = f"layout (contiguous, strides): eager {eager.layouts[k]}, xla {lazy.layouts[k]}"
         if problem:
             return Finding("mismatch", owner, f"{name} ({owner}): {problem}")
