@@ -1187,7 +1187,8 @@ def test_ignored_targets_get_no_gradient_even_when_the_loss_is_not_a_number(
         ignored = F.cross_entropy(x, torch.zeros_like(targets).to(device), weight=w, ignore_index=0)
         kept = F.cross_entropy(x, targets.to(device), weight=w, ignore_index=0)
         (torch.nan_to_num(ignored) + kept).backward()
-        return [ignored.detach(), x.grad]
+        assert ignored.isnan()  # 0/0 (a NaN's sign is the device's: see docs/runtime.md)
+        return [x.grad]
 
     same(grads("cpu"), grads(DEV))
 
