@@ -1293,3 +1293,36 @@ def test_a_number_beyond_float16s_range_is_refused_after_one_in_range() -> None:
     with pytest.raises(RuntimeError, match="without overflow"):
         x.to(DEV).clamp(max=70000.0).cpu()
     differential(lambda d: x.to(d) + 70000.0)  # an addition takes it (the result is inf)
+
+
+# --------------------------------------------------------------------------- 0-d CPU operands
+
+_WITH_CPU_COMPLEX: dict[str, Callable[[Any, Any], Any]] = {
+    "add": lambda x, c: x + c,
+    "rmul int": lambda x, c: c * x.long(),
+    "div by": lambda x, c: c / (x + 1j),
+    "where": lambda x, c: torch.where(x > 1, c, x),
+    "eq": lambda x, c: x == c,
+    "add_": lambda x, c: x.to(torch.complex64).add_(c),
+    "fill_ complex": lambda x, c: x.to(torch.complex64).fill_(c),
+    "fill_ float": lambda x, c: x.fill_(c),
+    "lerp": lambda x, c: torch.lerp(x + 1j, x * 2 + 0j, c),
+    "pow": lambda x, c: (x + 1j) ** c,
+    "rpow": lambda x, c: c ** (x + 1j),
+}
+
+
+@pytest.mark.filterwarnings("ignore:Casting complex values to real")
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("call", _WITH_CPU_COMPLEX.values(), ids=_WITH_CPU_COMPLEX.keys())
+def test_a_zero_dim_cpu_complex_tensor_is_an_operand(
+    call: Callable[[Any, Any], Any], dtype: torch.dtype
+) -> None:
+    # A 0-d complex CPU tensor is baked into the graph as a Python complex, which the op's
+    # promotion makes an array of the computation dtype.
+    c = torch.tensor(1 + 2j, dtype=dtype)
+    x = torch.tensor([1.0, 2.0, 3.0])
+    eager, lazy = call(x, c), call(x.to(DEV), c).cpu()
+    assert lazy.dtype == eager.dtype
+    # complex exp/log (pow) are XLA's own: equal to a few ulps
+    torch.testing.assert_close(lazy, eager, atol=0, rtol=1e-5)

@@ -398,6 +398,11 @@ _INTEGERS_SEEN_ROUNDED: dict[Any, frozenset[Any]] = {}
 def _promoted(v: Any, dtype: torch.dtype, via: torch.dtype | None = None) -> Any:
     if v is None:
         return v
+    if type(v) is complex:
+        # A baked 0-d complex CPU tensor (``_Args.cpu_tensor``): an array of the computation
+        # dtype. A real one (``fill_`` of a float tensor) keeps the real part, as eager's cast.
+        z = jnp.asarray(v, dtype=jnp.complex128)
+        return _cast(z if dtype.is_complex or dtype is torch.bool else jnp.real(z), dtype)
     if isinstance(v, (bool, int, float)):
         if via is not None and type(v) is int:
             return promotion.half_rounding(v, via)  # an integer number eager rounds (see above)
