@@ -1326,3 +1326,18 @@ def test_a_zero_dim_cpu_complex_tensor_is_an_operand(
     assert lazy.dtype == eager.dtype
     # complex exp/log (pow) are XLA's own: equal to a few ulps
     torch.testing.assert_close(lazy, eager, atol=0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("first", [True, False], ids=["cpu first", "cpu second"])
+@pytest.mark.parametrize("fn", [torch.complex, torch.polar], ids=["complex", "polar"])
+def test_complex_of_a_zero_dim_cpu_float_tensor(
+    fn: Callable[..., Any], first: bool, dtype: torch.dtype
+) -> None:
+    # The 0-d CPU float tensor is a real operand of the result's real dtype, not the result's
+    # complex dtype (which complex and polar refuse).
+    c = torch.tensor(2.5, dtype=dtype)
+    x = torch.tensor([1.0, -2.0, 3.0], dtype=dtype)
+    differential(lambda d: fn(c, x.to(d)) if first else fn(x.to(d), c))
+    # a complex fill of a real tensor keeps its number's precision
+    differential(lambda d: torch.full_like(x.to(d), 1.1, dtype=dtype.to_complex()))

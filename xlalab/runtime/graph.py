@@ -433,6 +433,11 @@ def _compute_dtype(out: torch.dtype | None, operands: list[torch.dtype | None]) 
     """
     if out in (torch.float16, torch.bfloat16):
         return torch.float32
+    real = operands and all(d is not None and d.is_floating_point for d in operands)
+    if out is not None and out.is_complex and real:
+        # A complex result of real operands (``complex``, ``polar``): a 0-d CPU float tensor
+        # is one of those real operands, of the result's real dtype.
+        return out.to_real()
     if out is not None and (out.is_floating_point or out.is_complex):
         return out
     for d in operands:
