@@ -1341,3 +1341,21 @@ def test_complex_of_a_zero_dim_cpu_float_tensor(
     differential(lambda d: fn(c, x.to(d)) if first else fn(x.to(d), c))
     # a complex fill of a real tensor keeps its number's precision
     differential(lambda d: torch.full_like(x.to(d), 1.1, dtype=dtype.to_complex()))
+
+
+_CPU_INTEGERS = [torch.tensor(3), torch.tensor(True), torch.tensor(-2, dtype=torch.int8)]
+
+
+@pytest.mark.parametrize("c", _CPU_INTEGERS, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.uint8])
+@pytest.mark.parametrize("fn", [torch.addcmul, torch.addcdiv], ids=["addcmul", "addcdiv"])
+def test_addcmul_addcdiv_of_a_zero_dim_cpu_integer_self(
+    fn: Callable[..., Any], dtype: torch.dtype, c: torch.Tensor
+) -> None:
+    # ``self`` a baked 0-d integer or bool CPU tensor reaches the lowering as a number.
+    x = torch.tensor([1.0, 2.0, 3.0], dtype=dtype)
+    if fn is torch.addcdiv and not dtype.is_floating_point:
+        with pytest.raises(RuntimeError, match="Integer division with addcdiv"):
+            fn(c, x.to(DEV), x.to(DEV)).cpu()
+        return
+    differential(lambda d: fn(c, x.to(d), x.to(d) + 1, value=2))

@@ -348,7 +348,12 @@ def _in_float(fn: Any) -> Any:
     """Run a fused pointwise formula in float32 for half inputs and round once, as torch's
     CPU kernels do (their ``opmath`` type); other dtypes are left alone."""
 
-    def lower(x: Array, *rest: Any, **kw: Any) -> Array:
+    def lower(x: Array | Scalar, *rest: Any, **kw: Any) -> Array:
+        if not isinstance(x, jax.Array):
+            # ``self`` a 0-d integer or bool CPU tensor, baked as a number and already promoted:
+            # an array of the dtype its tensor operands were promoted to.
+            like = next((a for a in (*rest, *kw.values()) if isinstance(a, jax.Array)), None)
+            x = jnp.asarray(x, dtype=None if like is None else like.dtype)
         if x.dtype not in HALF:
             return fn(x, *rest, **kw)
         up = [compute_float(a) if isinstance(a, jax.Array) else a for a in rest]
