@@ -1359,3 +1359,18 @@ def test_addcmul_addcdiv_of_a_zero_dim_cpu_integer_self(
             fn(c, x.to(DEV), x.to(DEV)).cpu()
         return
     differential(lambda d: fn(c, x.to(d), x.to(d) + 1, value=2))
+
+
+_MORE_CPU_INTEGERS = [*_CPU_INTEGERS, torch.tensor(False), torch.tensor(250, dtype=torch.uint8)]
+
+
+@pytest.mark.parametrize("c", _MORE_CPU_INTEGERS, ids=str)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8, torch.int16])
+@pytest.mark.parametrize("fn", [torch.gcd, torch.lcm], ids=["gcd", "lcm"])
+def test_gcd_lcm_with_a_zero_dim_cpu_integer_tensor(
+    fn: Callable[..., Any], dtype: torch.dtype, c: torch.Tensor
+) -> None:
+    # The baked 0-d tensor, of another integer dtype or bool, takes the tensor's promoted dtype.
+    x = torch.tensor([4, -6, 9, 0], dtype=dtype)
+    differential(lambda d: fn(c, x.to(d)))
+    differential(lambda d: fn(x.to(d), c))

@@ -998,7 +998,10 @@ def _gcd(x: Array, other: Array) -> Array:
     """torch's calc_gcd: Euclid's steps with C's remainder on the absolute values, which stop for
     every pair. (JAX's loop never ended when an operand was its type's minimum, whose absolute
     value is itself: gcd(0, int32 min) is int32 min in torch, gcd(5, int32 min) is -1.)"""
-    x, other = jnp.broadcast_arrays(x, other)
+    # A baked 0-d CPU integer or bool tensor arrives as a number, already promoted: it takes the
+    # tensor's dtype (the loop's carry and lax.rem need one dtype).
+    dt = jnp.result_type(x, other)
+    x, other = jnp.broadcast_arrays(jnp.asarray(x, dt), jnp.asarray(other, dt))
     a, b = _abs(x), _abs(other)
 
     def step(ab: tuple[Array, Array]) -> tuple[Array, Array]:
