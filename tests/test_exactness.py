@@ -1374,3 +1374,33 @@ def test_gcd_lcm_with_a_zero_dim_cpu_integer_tensor(
     x = torch.tensor([4, -6, 9, 0], dtype=dtype)
     differential(lambda d: fn(c, x.to(d)))
     differential(lambda d: fn(x.to(d), c))
+
+
+_WITH_DEVICE_ZERO_DIM: dict[str, Callable[[Any, Any], Any]] = {
+    "add": torch.add,
+    "sub": torch.sub,
+    "mul": torch.mul,
+    "div": torch.div,
+    "rsub": lambda a, b: b - a,
+    "rdiv": lambda a, b: b / a,
+    "where": lambda a, b: torch.where(a > 0.5, a, b),
+    "maximum": torch.maximum,
+    "eq": lambda a, b: a == b,
+    "atan2": torch.atan2,
+    "fmod": torch.fmod,
+    "lerp": lambda a, b: torch.lerp(a, a * 2, b),
+}
+
+
+@pytest.mark.parametrize("wide", [torch.float32, torch.float64])
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("call", _WITH_DEVICE_ZERO_DIM.values(), ids=_WITH_DEVICE_ZERO_DIM.keys())
+def test_a_half_tensor_with_a_wider_zero_dim_tensor_of_the_device(
+    call: Callable[[Any, Any], Any], half: torch.dtype, wide: torch.dtype
+) -> None:
+    # Eager's kernel sees the 0-d tensor as it sees a 0-d CPU tensor: rounded to the half type
+    # first (add, sub, atan2...) or at its own value (mul, div), asked of eager per op.
+    h = torch.tensor([0.1, -3.3, 1.0, 2.7, 1000.3, 1.1, 1.1015625, 3.3333, 3.34, 0.7, -0.7], dtype=half)
+    for v in (1.1, 3.3333, -0.7):
+        s = torch.tensor(v, dtype=wide)
+        same(call(h, s), call(h.to(DEV), s.to(DEV)))

@@ -282,18 +282,20 @@ _PROBE_SHAPE = (514,)
 def _ask_eager_about_numbers(
     n: Node, half: torch.dtype, weak: Sequence[int] = (), spots: Sequence[Any] = ()
 ) -> tuple[bool, ...]:
-    """``promotion.scalars_seen_rounded`` for a node's numbers: its float scalar inputs at the
-    source positions ``weak``, then the integers at the argument positions (or names) ``spots``.
-    The probe's float numbers take their places; a 0-d CPU tensor is asked about as a 0-d tensor
-    (a float one of its dtype, an integer one as float32), whose dtype decides the promotion."""
+    """``promotion.scalars_seen_rounded`` for a node's numbers: its float scalar inputs (or 0-d
+    float tensors) at the source positions ``weak``, then the integers at the argument positions
+    (or names) ``spots``. The probe's float numbers take their places; a 0-d tensor is asked
+    about as a 0-d CPU tensor (a float one of its dtype, an integer one as float32), whose dtype
+    decides the promotion."""
     from torch.utils._python_dispatch import _disable_current_modes
 
     tpl, ktpl = n.arg
     named = dict(ktpl)
 
     def call(scalars: list[float], make: Callable[[Sequence[int], torch.dtype], torch.Tensor]) -> Any:
+        # A 0-d tensor (of the CPU or the device) is asked about as a 0-d CPU tensor of its dtype.
         given = {
-            i: torch.tensor(v, dtype=n.src[i].dtype) if n.src[i].arg is ir.ZERO_DIM else v
+            i: v if _is_number(n.src[i]) else torch.tensor(v, dtype=n.src[i].dtype)
             for i, v in zip(weak, scalars)
         }
         shapes = [_PROBE_SHAPE if s.shape else () for s in n.src]
@@ -369,33 +371,53 @@ def _integers_seen_rounded(n: Node, rule: promotion.Rule, half: torch.dtype | No
     """The positions (or names) of the integer numbers (Python ints, 0-d integer CPU tensors) of a
     half-type op that eager's kernel rounds to the half type before computing in float32
     (``float16 + 2049`` adds 2048), where that rounding changes them. Kernels differ as for
-    float numbers (``_scalar_casts``); eager is asked once per op, layout and number."""
+    float numbers (``_scalar_casts``); eager is asked once per op, layout and number.
+
+    A 0-d float tensor of the device, of a wider type than the half type, is asked about too:
+    eager's CPU kernel sees it as it sees a 0-d CPU tensor (``float16 + tensor(1.1)`` adds
+    float16's 1.0996, ``float16 * tensor(1.1)`` multiplies by float32's 1.1)."""
     if half is None:
         return frozenset()
     tpl, ktpl = n.arg
     kwargs = dict(ktpl)
     spots: list[Any] = []
+    zero_dims: list[tuple[Any, int]] = []  # (spot, source index)
     for p, name in zip(rule.positions, rule.names):
         a = tpl[p] if p < len(tpl) else kwargs.get(name, _ABSENT)
         value = a.value if type(a) is ir.Const else a
+        spot = p if p < len(tpl) else name
         if type(value) is int and promotion.half_rounding(value, half) != value:
-            spots.append(p if p < len(tpl) else name)
-    if not spots:
+            spots.append(spot)
+        elif type(a) is ir.Slot and _wider_zero_dim(n.src[a.i], half):
+            zero_dims.append((spot, a.i))
+    if not spots and not zero_dims:
         return frozenset()
     key = (_probe_key(n), half)
     seen = _INTEGERS_SEEN_ROUNDED.get(key)
     if seen is None:
+        asked = _ask_eager_about_numbers(n, half, weak=[i for _, i in zero_dims], spots=spots)
         seen = _INTEGERS_SEEN_ROUNDED[key] = frozenset(
-            spot for spot, r in zip(spots, _ask_eager_about_numbers(n, half, spots=spots)) if r
+            spot for spot, r in zip([spot for spot, _ in zero_dims] + spots, asked) if r
         )
     return seen
+
+
+def _wider_zero_dim(s: Node, half: torch.dtype) -> bool:
+    """A 0-d float tensor of the device (not a scalar input) of another type than ``half``."""
+    floating = s.dtype is not None and s.dtype.is_floating_point
+    return s.op is not ir.SCALAR and not s.shape and floating and s.dtype != half
+
+
+def _is_number(s: Node) -> bool:
+    """A scalar input that is a Python number (not a 0-d CPU tensor)."""
+    return s.op is ir.SCALAR and s.arg is not ir.ZERO_DIM
 
 
 _ABSENT = object()
 _INTEGERS_SEEN_ROUNDED: dict[Any, frozenset[Any]] = {}
 
 
-def _promoted(v: Any, dtype: torch.dtype, via: torch.dtype | None = None) -> Any:
+def _promoted(v: Any, dtype: torch.dtype, via: torch.dtype | None = None, seen_rounded: bool = False) -> Any:
     if v is None:
         return v
     if type(v) is complex:
@@ -407,10 +429,11 @@ def _promoted(v: Any, dtype: torch.dtype, via: torch.dtype | None = None) -> Any
         if via is not None and type(v) is int:
             return promotion.half_rounding(v, via)  # an integer number eager rounds (see above)
         return promotion.python_number(v, dtype)
-    if via is not None and not jnp.issubdtype(v.dtype, jnp.inexact):
+    if via is not None and (seen_rounded or not jnp.issubdtype(v.dtype, jnp.inexact)):
         # An integer or bool operand of a half-type op becomes the half type first, as eager's
         # iterator casts every operand to the common dtype before the kernel widens it to
-        # float: int16 32767 is 32768 in float16, and equal to a float16 32768.
+        # float: int16 32767 is 32768 in float16, and equal to a float16 32768. So does a 0-d
+        # float tensor of a wider type where eager's kernel rounds it (``_integers_seen_rounded``).
         v = _cast(v, via)
     return _cast(v, dtype)
 
@@ -419,9 +442,12 @@ def _rounded_via(
     a: Any, spot: Any, via: torch.dtype | None, half: torch.dtype | None, rounded: frozenset[Any]
 ) -> torch.dtype | None:
     """The half type an argument passes through: integer tensors always take the op's half
-    common dtype, integer numbers only where eager's kernel rounds them (``rounded``)."""
+    common dtype, integer numbers and 0-d float tensors only where eager's kernel rounds them
+    (``rounded``)."""
+    if spot in rounded:
+        return half
     if type(a) is int:
-        return half if spot in rounded else None
+        return None
     return via
 
 
@@ -488,11 +514,11 @@ def lower_node(instr: tuple[Any, ...], vals: list[Any]) -> Any:
         for p in positions:
             if p < len(args):
                 a = args[p]
-                args[p] = _promoted(a, cd, _rounded_via(a, p, via, half, rounded))
+                args[p] = _promoted(a, cd, _rounded_via(a, p, via, half, rounded), p in rounded)
         for name in names:
             if name in kwargs:
                 a = kwargs[name]
-                kwargs[name] = _promoted(a, cd, _rounded_via(a, name, via, half, rounded))
+                kwargs[name] = _promoted(a, cd, _rounded_via(a, name, via, half, rounded), name in rounded)
     if op in RESULT_DTYPE and outs is None:
         kwargs["result_dtype"] = to_jnp(dtype)
     rng = kwargs.pop("__rng__", None)
