@@ -1404,3 +1404,46 @@ def test_a_half_tensor_with_a_wider_zero_dim_tensor_of_the_device(
     for v in (1.1, 3.3333, -0.7):
         s = torch.tensor(v, dtype=wide)
         same(call(h, s), call(h.to(DEV), s.to(DEV)))
+
+
+def _same_complex(eager: torch.Tensor, lazy: torch.Tensor) -> None:
+    """Equal dtype, and values to a few ulps (exp/log are XLA's own), NaN and infinite parts
+    where eager has them."""
+    lazy = lazy.cpu()
+    assert lazy.dtype == eager.dtype, (eager, lazy)
+    e, x = torch.view_as_real(eager), torch.view_as_real(lazy)
+    torch.testing.assert_close(x, e, equal_nan=True, rtol=1e-5, atol=1e-6)
+
+
+_COMPLEX_EXPONENTS = [
+    *(1 + 2j, 2 + 0j, 0j, 1j, -1 + 0j, -1 + 2j),
+    *(0.5 + 0j, -0.5 + 0j, 3 + 0j, -2 + 0j, 1 + 0j, 2.5 - 1j),
+]
+_COMPLEX_BASES = {
+    "complex64": torch.tensor([0j, 1 + 1j, -1 + 0j, 1j, -2.5 + 0.5j, 0.3 - 4j]),
+    "complex128": torch.tensor([0j, 1 + 1j, -1 + 0j, 1j, -2.5 + 0.5j, 0.3 - 4j], dtype=torch.complex128),
+    "bool": torch.tensor([True, False]),
+    "int64": torch.tensor([1, 0, 2, -3]),
+    "float32": torch.tensor([1.0, 0.0, 2.0, -1.5]),
+}
+
+
+@pytest.mark.parametrize("exponent", _COMPLEX_EXPONENTS, ids=str)
+@pytest.mark.parametrize("base", _COMPLEX_BASES.values(), ids=_COMPLEX_BASES.keys())
+def test_complex_powers_at_a_zero_base_and_shortcut_exponents(
+    base: torch.Tensor, exponent: complex
+) -> None:
+    # A zero base gives eager's C cpow value (0 for a positive real part, not NaN); a complex
+    # number exponent of 0, 1, 2, 3, -2, 0.5, -0.5 or -1 takes eager's shortcut (2: x * x).
+    _same_complex(base**exponent, base.to(DEV) ** exponent)
+    e = torch.tensor(exponent, dtype=torch.complex128 if base.dtype == torch.complex128 else torch.complex64)
+    _same_complex(base ** e.expand(base.shape), base.to(DEV) ** e.expand(base.shape).to(DEV))
+
+
+@pytest.mark.parametrize("exponent", [2.0, 3.0, -2.0, 0.5, -0.5, -1.0, 0.0, 1.0, 2.7])
+def test_complex_tensor_to_a_float_number_takes_eagers_shortcuts(exponent: float) -> None:
+    # z ** 2.0 is z * z in eager, exact (1j ** 2.0 is -1), where exp/log gave -1 - 8.7e-08j.
+    z = torch.tensor([1 + 1j, -1 + 0j, 1j, -2.5 + 0.5j, 0.3 - 4j, 0j])
+    _same_complex(z**exponent, z.to(DEV) ** exponent)
+    if exponent in (2.0, 1.0, 0.0):
+        assert torch.equal(z**exponent, (z.to(DEV) ** exponent).cpu())

@@ -285,11 +285,34 @@ def _pow(x: Array | Scalar, exponent: Array | Scalar) -> Array:
         return lax.integer_pow(x, exponent)
     if is_integral(x, exponent):
         return _integer_pow(jnp.asarray(x), jnp.asarray(exponent))
-    return jnp.power(x, exponent)
+    out = jnp.power(x, exponent)
+    if jnp.issubdtype(out.dtype, jnp.complexfloating):
+        return _complex_zero_base(x, exponent, out)
+    return out
+
+
+def _complex_zero_base(x: Array, exponent: Array | Scalar, out: Array) -> Array:
+    """A complex power at a zero base as torch's kernel computes it, C's ``cpow`` (``cexp(y *
+    clog(0))`` by C's rules for infinities), where XLA's power gives NaN: 0 for an exponent whose
+    real part is positive, inf+nan·j for a negative one, NaN for an imaginary or NaN one."""
+    y = jnp.asarray(exponent, out.dtype)
+    re, im = jnp.real(y), jnp.imag(y)
+    nan = jnp.asarray(complex(math.nan, math.nan), out.dtype)
+    at_zero = jnp.where(
+        re > 0,
+        jnp.zeros((), out.dtype),
+        jnp.where(re < 0, jnp.asarray(complex(math.inf, math.nan), out.dtype), nan),
+    )
+    at_zero = jnp.where(jnp.isnan(re) | jnp.isnan(im), nan, at_zero)
+    return jnp.where(x == 0, at_zero, out)
 
 
 @lowering(aten.pow.Tensor_Scalar, result_dtype=True)
 def _pow_scalar(x: Array, exponent: Scalar, result_dtype: Any = None) -> Array:
+    if result_dtype is not None and jnp.issubdtype(result_dtype, jnp.complexfloating):
+        # A complex power (a complex tensor, or any to a complex number, which reaches here in
+        # the base's own dtype): in the result's dtype, by torch's shortcuts.
+        return _complex_pow_scalar(convert(x, result_dtype), exponent)
     out = _pow(x, exponent)
     if isinstance(exponent, int) or not jnp.issubdtype(out.dtype, jnp.floating):
         return out  # an integer exponent (multiplies, above) or complex numbers
@@ -299,6 +322,29 @@ def _pow_scalar(x: Array, exponent: Scalar, result_dtype: Any = None) -> Array:
     if result_dtype == jnp.float16:
         return out
     return jnp.where(exponent == 0.5, jnp.sqrt(x), jnp.where(exponent == -0.5, lax.rsqrt(x), out))
+
+
+def _complex_pow_scalar(x: Array, exponent: Array | Scalar) -> Array:
+    """A complex tensor to a number, by torch's shortcuts: 1 for an exponent of 0, ``x`` for 1,
+    products for 2, 3 and -2 (``x * x`` is exact where exp/log are not), sqrt, 1/sqrt and the
+    reciprocal for 0.5, -0.5 and -1 (an exponent that is a float graph input is compared in the
+    program); C's ``cpow`` for the others."""
+    e = exponent
+    square = x * x
+    shortcuts = (
+        (0, jnp.ones_like(x)),
+        (1, x),
+        (2, square),
+        (3, square * x),
+        (-2, 1 / square),
+        (0.5, jnp.sqrt(x)),
+        (-0.5, 1 / jnp.sqrt(x)),
+        (-1, 1 / x),
+    )
+    out = _pow(x, e)
+    for value, shortcut in reversed(shortcuts):
+        out = jnp.where(e == value, shortcut, out)
+    return out
 
 
 # Integer powers by a number up to this are unrolled multiplies; larger ones go by squaring
