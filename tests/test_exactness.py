@@ -1447,3 +1447,27 @@ def test_complex_tensor_to_a_float_number_takes_eagers_shortcuts(exponent: float
     _same_complex(z**exponent, z.to(DEV) ** exponent)
     if exponent in (2.0, 1.0, 0.0):
         assert torch.equal(z**exponent, (z.to(DEV) ** exponent).cpu())
+
+
+_COMPLEX_CLAMPS: dict[str, Callable[[Any], Any]] = {
+    "clamp min": lambda z: z.clamp(min=2.5),
+    "clamp max": lambda z: z.clamp(max=2),
+    "clamp_min": lambda z: torch.clamp_min(z, 2),
+    "clamp_max": lambda z: torch.clamp_max(z, 2.0),
+    "clamp_": lambda z: z.clamp_(1, 2),
+    "clip": lambda z: z.clip(1, 2),
+    "tensor bound": lambda z: z.clamp(min=torch.tensor(1.0, device=z.device)),
+    "hardtanh": lambda z: F.hardtanh(z),
+}
+
+
+@pytest.mark.parametrize("call", _COMPLEX_CLAMPS.values(), ids=_COMPLEX_CLAMPS.keys())
+def test_clamp_of_a_complex_tensor_raises_eagers_error_at_the_call(call: Callable[[Any], Any]) -> None:
+    # Torch's meta kernel accepts it; eager's CPU kernel refuses complex types, in other words
+    # than "not implemented for".
+    z = torch.tensor([1 + 1j, 2 + 0j, 3 + 0j])
+    with pytest.raises(NotImplementedError) as eager:
+        call(z)
+    with pytest.raises(NotImplementedError) as lazy:
+        call(z.to(DEV))  # no sync: at the call
+    assert str(lazy.value) == str(eager.value)

@@ -628,6 +628,8 @@ _VALUE_CHECKED = ("linalg_", "cholesky", "inverse", "lu_", "_lu", "solve", "svd"
 # checked): zeros or shrunk operands could make them read out of bounds, so they are not asked.
 _UNCHECKED_KERNELS = frozenset({"aten::_ctc_loss_backward"})
 _SMALL = 4096  # elements: operands up to this size are checked at their real shapes
+# How eager's kernels word a NotImplementedError that refuses an operand's dtype.
+_DTYPE_REFUSALS = ("not implemented for", "not supported for complex")
 
 
 def _eager_accepts(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any]:
@@ -653,9 +655,10 @@ def _eager_accepts(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, An
             **{k: _cpu_zeros(v, shrink, floats=floats) for k, v in kwargs.items()},
         )
     except NotImplementedError as e:
-        # "... not implemented for 'Bool'"; an op with no CPU kernel at all (a fused kernel that
-        # xlalab lowers) says "Could not run ..." and is fine here.
-        return "not implemented for" not in str(e), None
+        # "... not implemented for 'Bool'", "clamp is not supported for complex types"; an op
+        # with no CPU kernel at all (a fused kernel that xlalab lowers) says "Could not run ..."
+        # and is fine here.
+        return not any(refusal in str(e) for refusal in _DTYPE_REFUSALS), None
     except Exception:
         if not exact:
             return True, None
