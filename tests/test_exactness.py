@@ -1471,3 +1471,22 @@ def test_clamp_of_a_complex_tensor_raises_eagers_error_at_the_call(call: Callabl
     with pytest.raises(NotImplementedError) as lazy:
         call(z.to(DEV))  # no sync: at the call
     assert str(lazy.value) == str(eager.value)
+
+
+_EQUAL_NUMBERS = [(0, 0j), (1, 1 + 0j), (True, 1 + 0j), (0j, complex(-0.0, -0.0))]
+
+
+@pytest.mark.parametrize("first,second", _EQUAL_NUMBERS, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.complex64])
+def test_complex_numbers_that_python_finds_equal_to_others_keep_their_own_programs(
+    first: Any, second: Any, dtype: torch.dtype
+) -> None:
+    # 0 == 0j == -0j in Python, with one hash: the memo of output types was keyed so, and
+    # ``x + 0j`` after ``x + 0`` came out float32.
+    x = torch.tensor([1, 2, 0]).to(dtype)
+    for number in (first, second):
+        eager, lazy = x * number + number, (x.to(DEV) * number + number).cpu()
+        assert lazy.dtype == eager.dtype
+        assert torch.equal(lazy, eager)
+        if eager.is_complex():  # the signs of zero parts too
+            assert torch.equal(torch.view_as_real(lazy).signbit(), torch.view_as_real(eager).signbit())

@@ -55,9 +55,19 @@ def slot(i: int) -> Slot:
     return SLOTS[i]
 
 
+def _exact(value: Any) -> Any:
+    """A number as a key that tells apart what ``==`` does not: 0.0 and -0.0 (in either part of a
+    complex number)."""
+    if type(value) is float:
+        return value.hex()
+    if type(value) is complex:
+        return (value.real.hex(), value.imag.hex())
+    return value
+
+
 class Const:
-    """A number baked into a graph: a wrapped integer or bool, a bool argument, or a float
-    argument that is not a graph input (``eps``).
+    """A number baked into a graph: a wrapped integer or bool, a bool argument, a complex number,
+    or a float argument that is not a graph input (``eps``).
 
     Equality is exact, with the type: Python says ``True == 1 == 1.0`` and ``0.0 == -0.0``,
     but each of them gives a different program (a bool fill makes a bool tensor).
@@ -68,7 +78,7 @@ class Const:
     def __init__(self, value: Any, dtype: torch.dtype | None) -> None:
         self.value = value
         self.dtype = dtype
-        self._key = (type(value), value.hex() if type(value) is float else value, dtype)
+        self._key = (type(value), _exact(value), dtype)
         self._hash = hash(self._key)
 
     def __hash__(self) -> int:

@@ -423,6 +423,10 @@ class _Args:
             return ir.Const(a, None)  # baked: exact, so 0.0 and -0.0 or 1.0 and 1 stay apart
         if tp is bool:
             return ir.BOOLS[a]
+        if tp is complex:
+            # baked typed: Python's 0j == 0 == 0.0 (with one hash) would let ``x + 0j`` take the
+            # memo entry, and so the float dtype, of ``x + 0``
+            return ir.Const(a, None)
         if tp is list or tp is tuple:
             return tuple([self.entry(x, is_scalar) for x in a])
         if isinstance(a, torch.Tensor):
