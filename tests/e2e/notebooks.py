@@ -76,6 +76,7 @@ ITEM_CELL = f"""\
 for _ in range(3):
     loss = (x * 2).sum()
     {ITEM_LINE}
+    rest = x * value  # the step goes on after the read: the read cuts it in two
     xm.mark_step()
 value"""
 # ... and profiler regions, which the timeline draws as named spans.
