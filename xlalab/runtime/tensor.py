@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -453,6 +454,7 @@ class _Args:
         return self.add(node)
 
 
+_HALF_MAX = 65504.0  # float16's largest finite value
 _BEYOND_HALF = (float, "beyond float16's range")
 _BEYOND_SINGLE = (float, "beyond float32's range")
 
@@ -464,7 +466,7 @@ def float_signature(v: float) -> Any:
     value out of range gets its own signature, and eager is asked again rather than the answer
     for an in-range value reused."""
     size = abs(v)
-    if size <= 65504.0 or size == math.inf or size != size:
+    if size <= _HALF_MAX or size == math.inf or size != size:
         return float
     return _BEYOND_HALF if size <= 3.4028234663852886e38 else _BEYOND_SINGLE
 
@@ -746,7 +748,7 @@ def record(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
         elif tp is int or a is None:  # sizes, dims, flags: the template holds them as they are
             tpl.append(a)
         elif tp is float and i in sp:
-            sig.append(float if -65504.0 <= a <= 65504.0 else float_signature(a))
+            sig.append(float if -_HALF_MAX <= a <= _HALF_MAX else float_signature(a))  # inline: the hot path
             tpl.append(ir.SLOTS[len(operands)] if len(operands) < 256 else ir.slot(len(operands)))
             operands.append(ir.scalar(a, 0))
         else:
@@ -996,8 +998,6 @@ def _signature(args: Any) -> tuple[Any, ...]:
 
 
 def _out_refusal(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the resize warning is eager's to give, once, above
         try:
