@@ -243,3 +243,19 @@ def test_a_process_with_several_devices_compiles_without_the_store(tmp_path: Pat
     assert first[0] == second[0] == "1134.0"
     assert int(second[1]) > 0  # JAX's cache
     assert not (tmp_path / "xlalab-programs").exists()
+
+
+def test_trimming_the_store_skips_programs_another_process_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from xlalab.runtime import program_store
+
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.program").write_bytes(b"x" * 10)
+        (tmp_path / f"{name}.graph").write_text(name)
+    listed = list(tmp_path.glob("*.program"))
+    (tmp_path / "b.program").unlink()  # another rank trimmed it after this one listed the folder
+    monkeypatch.setattr(Path, "glob", lambda self, pattern: iter(listed))
+    monkeypatch.setattr(program_store, "STORE_LIMIT_BYTES", 15)
+    program_store._trim(tmp_path)
+    assert [p.suffix for p in tmp_path.iterdir()].count(".program") == 1  # 20 bytes were over 15

@@ -11,6 +11,7 @@ arguments (also into ``out=``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -907,3 +908,32 @@ def test_a_conversion_to_a_channels_last_format_of_another_rank_raises(
         return t.float(memory_format=fmt) if convert == "float" else t.to(torch.float64, memory_format=fmt)
 
     _differential(fn, lambda: (torch.ones((2,) * rank),), dev)
+
+
+# --- ldexp ----------------------------------------------------------------------------------
+
+_LDEXP = {
+    # An integer exponent scales exactly: 0 * 2**200 is 0 and 2**-100 * 2**200 is 2**100 in
+    # float32, though 2.0**200 alone overflows it.
+    "integer_exponent_past_the_range": (
+        lambda: torch.tensor([0.0, 2.0**-100, 1e-30, 3.0, math.nan, math.inf]),
+        lambda: torch.tensor([200, 200, 200, -200, 5, -5]),
+    ),
+    "exponent_wraps_to_int32": (lambda: torch.tensor([2.0**-10]), lambda: torch.tensor(2**40)),
+    "half_with_integer_exponent": (lambda: torch.tensor([2.0**-10]).half(), lambda: torch.tensor([20])),
+    # A float exponent multiplies by the power in the result's type: inf, and 0 * inf is NaN.
+    "float_exponent": (
+        lambda: torch.tensor([1.0, 3.0, 5.0, 0.0, 1.0]),
+        lambda: torch.tensor([13.0, 0.1, -2.5, 300.0, -math.inf]),
+    ),
+    "half_float_exponent": (lambda: torch.tensor([2.0**-10]).half(), lambda: torch.tensor([20.0]).half()),
+    "integer_input": (lambda: torch.arange(4), lambda: torch.tensor(3, dtype=torch.uint8)),
+    "float64_exponent": (lambda: torch.tensor([1.0, 3.0]), lambda: torch.tensor([2.5], dtype=torch.float64)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_LDEXP))
+def test_ldexp_scales_as_eager(case: str, dev: torch.device) -> None:
+    x, n = _LDEXP[case]
+    _differential(lambda a, b: torch.ldexp(a, b), lambda: (x(), n()), dev)
+    _differential(lambda a, b: torch.ldexp(a, b.cpu() if b.dim() == 0 else b), lambda: (x(), n()), dev)

@@ -188,10 +188,20 @@ def save(
 def _trim(folder: Path) -> None:
     """Drop the least recently used programs past the store's size (programs of an earlier
     xlalab or JAX never load again, and go first)."""
-    programs = sorted(folder.glob("*.program"), key=lambda p: p.stat().st_mtime)
-    total = sum(p.stat().st_size for p in programs)
-    while programs and total > STORE_LIMIT_BYTES:
-        oldest = programs.pop(0)
-        total -= oldest.stat().st_size
-        oldest.unlink(missing_ok=True)
-        oldest.with_suffix(".graph").unlink(missing_ok=True)
+    # Other processes (a job's ranks, parallel tests) share the store and trim it too: a file
+    # they removed between listing and reading it is simply gone.
+    programs = []
+    for path in folder.glob("*.program"):
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue
+        programs.append((st.st_mtime, st.st_size, path))
+    programs.sort(key=lambda entry: entry[0])
+    total = sum(size for _, size, _ in programs)
+    for _, size, path in programs:
+        if total <= STORE_LIMIT_BYTES:
+            break
+        total -= size
+        path.unlink(missing_ok=True)
+        path.with_suffix(".graph").unlink(missing_ok=True)

@@ -1075,6 +1075,22 @@ def _nextafter(x: Array, other: Array) -> Array:
     return jnp.nextafter(x, other)
 
 
+@lowering(aten.ldexp.Tensor, result_dtype=True)
+def _ldexp(x: Array, other: Array | Scalar, result_dtype: Any = None) -> Array:
+    """``x * 2**other`` as eager's CPU kernel computes it: an integer exponent scales exactly
+    (C's ldexp, the exponent taken as an int32 as its cast does: ``0 * 2**200`` is 0, not NaN),
+    a float one multiplies by the power rounded to the result's type (``2.0**200`` is inf in
+    float32)."""
+    x, other = x.astype(result_dtype), jnp.asarray(other)  # a 0-d CPU operand arrives baked
+    if is_integral(other):
+        return jnp.ldexp(x, other.astype(jnp.int64).astype(jnp.int32))
+    n = other.astype(result_dtype)
+    whole = jnp.floor(n)
+    # exp2 alone is not exact at whole numbers on XLA:CPU (2**13 comes out one ulp low).
+    power = jnp.ldexp(jnp.exp2(n - whole), jnp.clip(whole, -4096, 4096).astype(jnp.int32))
+    return x * jnp.where(jnp.isfinite(n), power, jnp.exp2(n))
+
+
 @lowering(aten.frexp.Tensor)
 def _frexp(x: Array) -> tuple[Array, Array]:
     """C's frexp on the bits: ``x = mantissa * 2**exponent``, |mantissa| in [0.5, 1).
