@@ -123,6 +123,35 @@ def test_a_batch_change_two_cells_later_warns_naming_the_line_and_the_shape(shel
     assert "xlalab" not in shell.ok("loss = step(15)")
 
 
+def test_a_batch_change_that_recompiles_every_graph_of_the_step_is_one_finding(shell: Shell) -> None:
+    """A read inside the forward (transformers' padding check) splits the step in two graphs;
+    padding to the longest sequence changes both inputs, and every graph recompiles: the user
+    sees one finding at the line that sent them, naming both and each place that recompiled."""
+    shell.ok(
+        "import torch, xlalab.core.xla_model as xm\n"
+        "dev = xm.xla_device()\n"
+        "model = torch.nn.Linear(8, 13).to(dev)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "def step(n):\n"
+        "    x, mask = torch.randn(n, 8), torch.ones(n, 1)\n"
+        "    x, mask = x.to(dev), mask.to(dev)\n"
+        "    if mask.all():  # a library's check\n"
+        "        pass\n"
+        "    loss = (model(x) * mask).pow(2).mean()\n"
+        "    loss.backward()\n"
+        "    opt.step(); opt.zero_grad()\n"
+        "    xm.mark_step()\n"
+    )
+    shell.ok("for _ in range(3):\n    step(6)")
+    out = shell.ok("for n in (5, 4):\n    step(n)")
+    assert out.count("Recompiled") == 1, out
+    setup_cell = shell.sh.execution_count - 3
+    assert "mask: f32[6,1] → f32[5,1] → f32[4,1]; x: f32[6,8] → f32[5,8] → f32[4,8]" in out
+    assert f"mask was sent to the device at cell [{setup_cell}], line 7" in out
+    assert f"x was sent to the device at cell [{setup_cell}], line 7" in out
+    assert f"at cell [{setup_cell}], line 8;" in out and f"at cell [{setup_cell}], line 13;" in out, out
+
+
 def test_a_layer_that_runs_in_some_steps_only_is_another_path_not_a_shape_change(shell: Shell) -> None:
     """Layer drop (wav2vec2's, HuBERT's): a layer skipped in one step reads other inputs at the
     same place in the graph; that must read as another code path, never as an input's shape."""

@@ -166,6 +166,7 @@ class _Cause:
     message: str
     where: Frame | None
     details: list[str]
+    inputs: list[tuple[str, str, str]] = field(default_factory=list)  # (name, old, new) per changed input
 
 
 # Causes a size change explains: an input's, one baked into an op, an op's output shape.
@@ -175,6 +176,12 @@ _SHAPE_CAUSES = ("input_shape", "baked_value", "output_shape")
 def _first_and_last(changes: list[str]) -> str:
     """A run of changes said short: all of two, the first and the latest of more."""
     return "; ".join(changes) if len(changes) <= 2 else f"{changes[0]}; ...; {changes[-1]}"
+
+
+def _run_said(shapes: list[str]) -> str:
+    """An input's shapes in the order seen, the middle of a long run left out."""
+    shown = shapes if len(shapes) <= 4 else [*shapes[:2], "...", shapes[-1]]
+    return " → ".join(shown)
 
 
 def hex_hash(h: int) -> str:
@@ -222,6 +229,9 @@ class Watcher:
         self._unjudged: list[_Read] = []
         # finding id -> the recompilations it counts (its own, or those folded under a fallback)
         self._changes: dict[int, list[str]] = {}
+        # finding id -> the places (graph sites) it recompiled, with the graphs compiled at each
+        self._places: dict[int, dict[str, int]] = {}
+        self._input_runs: dict[int, dict[str, list[str]]] = {}  # finding id -> each input's shapes
         self._unchecked: events.CompileEvent | None = None  # a new SPMD program, until it runs
         self._dynamo_recompiled: Finding | None = None  # dynamo's recompile in the step under way
         self._dynamo_graphs: dict[str, int] = {}  # compiled function -> graphs dynamo captured of it
@@ -252,6 +262,8 @@ class Watcher:
             self.findings.clear()
             self._keyed.clear()
             self._changes.clear()
+            self._places.clear()
+            self._input_runs.clear()
             self.cell_findings.clear()
 
     def start_cell(self) -> None:
@@ -492,19 +504,34 @@ class Watcher:
             return self._fold_recompile(self._dynamo_recompiled, note, cause)
         # The line that caused it first; the barrier that compiled it (and its callers) as context.
         frames = ([cause.where] if cause.where is not None else []) + [f for f in barrier if f != cause.where]
-        cause.details.append(
-            f"{site.compiles} graphs compiled at {self._label(site_frame)} so far; this one took "
-            f"{ev.seconds:.2f} s"
-        )
+        # One finding per place, kind of change and line: a loop whose every step changes a shape
+        # is one finding that counts the steps and says the first and the latest changes. An
+        # input whose shape changes recompiles every graph it reaches (the forward cut by a read,
+        # the rest of the step): one finding at the line that sent it, naming each place.
+        by_input = cause.kind == "input_shape" and cause.where is not None
+        place = None if by_input else site_frame
+        key = ("recompile", place, cause.title, cause.where)
+        known = self._keyed.get(key)
+        places = self._places.setdefault(known.id if known is not None else len(self.findings) + 1, {})
+        places[self._label(site_frame)] = site.compiles
+        if by_input and known is not None:  # the inputs other places saw change are named still
+            sent = [d for d in known.details if " was sent to the device" in d and d not in cause.details]
+            cause.details[:0] = sent
+        if len(places) == 1:
+            cause.details.append(
+                f"{site.compiles} graphs compiled at {self._label(site_frame)} so far; this one took "
+                f"{ev.seconds:.2f} s"
+            )
+        else:
+            counts = "; ".join(f"{n} at {label}" for label, n in places.items())
+            cause.details.append(f"graphs compiled so far: {counts}; the latest took {ev.seconds:.2f} s")
         if cause.kind == "input_shape":
             cause.details.append(
                 "each new shape compiles a new graph: pad the input to a fixed size (or to a few "
                 "bucket sizes) and mask the padding"
             )
-        # One finding per place, kind of change and line: a loop whose every step changes a shape
-        # is one finding that counts the steps and says the first and the latest changes.
         finding = self._finding(
-            ("recompile", site_frame, cause.title, cause.where),
+            key,
             "recompile",
             f"Recompiled: {cause.title}",
             cause.message,
@@ -512,9 +539,18 @@ class Watcher:
             hex_hash(ev.graph_hash),
             cause.details,
         )
-        changes = self._changes.setdefault(finding.id, [])
-        changes.append(cause.message)
-        finding.message = _first_and_last(changes)
+        if by_input:
+            # Each input's run of shapes, the same change seen by every graph it reaches once.
+            runs = self._input_runs.setdefault(finding.id, {})
+            for name, old, new in cause.inputs:
+                run = runs.setdefault(name, [old])
+                if run[-1] != new:
+                    run += [old, new] if run[-1] != old else [new]
+            finding.message = "; ".join(f"{name}: {_run_said(run)}" for name, run in runs.items())
+        else:
+            changes = self._changes.setdefault(finding.id, [])
+            changes.append(cause.message)
+            finding.message = _first_and_last(changes)
         finding.previous_graph_hash = hex_hash(previous_hash)
         return finding
 
@@ -732,11 +768,13 @@ class Watcher:
         """Inputs whose shape (or dtype) changed: each by its variable and the upload that sent it."""
         parts: list[str] = []
         details: list[str] = []
+        changed: list[tuple[str, str, str]] = []
         where: Frame | None = None
         for change in changes:
             node = graph.nodes[change.index]
             name = _name_of(node, self.cells) or f"input {change.input_position}"
             parts.append(f"{name}: {change.old} → {change.new}")
+            changed.append((name, change.old, change.new))
             sent = self._sent_at(node)
             if sent is None:
                 continue
@@ -751,7 +789,7 @@ class Watcher:
                 )
         first = changes[0]
         what = "shape" if first.old.partition("[")[0] == first.new.partition("[")[0] else "dtype"
-        return _Cause("input_shape", f"an input's {what} changed", ", ".join(parts), where, details)
+        return _Cause("input_shape", f"an input's {what} changed", ", ".join(parts), where, details, changed)
 
     def _sent_at(self, node: Any) -> Frame | None:
         """The user's line whose upload made the device data ``node`` holds (None if unknown)."""
