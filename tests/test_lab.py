@@ -725,7 +725,7 @@ def test_a_shape_changing_every_step_is_one_finding_that_counts_the_steps(causes
     assert out.count("xlalab: Recompiled") == 1, out
     # (the second graph at a place is warm-up, as the optimizer's state appearing at step 2)
     assert "xlalab: Recompiled: an input's shape changed (4 times)" in out, out
-    assert "data: f32[3,8] → f32[4,8]; ...; data: f32[6,8] → f32[7,8]" in out, out
+    assert "data: f32[3,8] → f32[4,8] → ... → f32[7,8]" in out, out
     assert "pad the input to a fixed size" in out, out
     assert f"  at cell [{defined}], line {_cell_line(CAUSES, 'BATCH')} in batch:" in out, out
 

@@ -68,6 +68,39 @@ def test_a_graph_break_and_a_recompile_are_cell_findings_and_warnings(shell: She
     assert "xlalab:" not in shell.ok("r = f(torch.ones(5, 3).to(dev))")
 
 
+DYNAMIC = """\
+import torch, xlalab.core.xla_model as xm
+dev = xm.xla_device()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 17), torch.nn.ReLU(), torch.nn.Linear(17, 2)).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+fwd = torch.compile(lambda x: model(x).softmax(-1), backend="xlalab")
+def step(n):
+    x = torch.randn(n, 8).to(dev)
+    p = fwd(x)
+    p[:, 0].mean().backward()
+    opt.step(); opt.zero_grad()
+    xm.mark_step()
+"""
+
+
+def test_a_new_size_for_a_dynamic_compiled_graph_is_a_recompile_finding(shell: Shell) -> None:
+    """After a second size dynamo makes the graph dynamic and stops recompiling, but XLA still
+    compiles a program per shape: the user hears of each, at the line that sent the input,
+    with the compiled function's forward and backward programs."""
+    shell.ok(DYNAMIC)
+    defined = shell.sh.execution_count - 1
+    out = shell.ok("for n in (8, 8, 7):\n    step(n)")
+    assert "xlalab: Recompiled <lambda> (once)" in out, out  # dynamo's own finding, at 8 → 7
+    out = shell.ok("for n in (6, 5):\n    step(n)")
+    assert out.count("xlalab: Recompiled") == 1, out
+    assert "x: f32[7,8] → f32[6,8] → f32[5,8]" in out
+    assert f"x was sent to the device at cell [{defined}], line 8" in out
+    assert ", forward (" in out and ", backward (" in out  # both programs, shape by shape
+    assert "XLA compiles one program per shape" in out
+    assert "xlalab:" not in shell.ok("step(6)")  # a size seen before: every program is cached
+
+
 ITEM = """\
 import torch, xlalab, xlalab.dynamo
 dev = xlalab.device()

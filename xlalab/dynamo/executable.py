@@ -517,10 +517,10 @@ def _compile(
     replacing = tuple(written_by[k] for _, k in inputs if k in donated)  # per donated leaf, its new value
     donating = None
     if donated:
-        donating = _compile_donating(g, leaves, scalar_array, donate_positions, replacing, key)
+        donating = _compile_donating(g, leaves, scalar_array, donate_positions, replacing, key, name)
     program: Any = None
     if donating is None:
-        program = _plain_program(g, leaves, scalar_array, key, dev)
+        program = _plain_program(g, leaves, scalar_array, key, dev, name)
     # Keep no input's array alive through the graph: inputs are fed per call.
     for pos, _ in inputs:
         leaves[pos] = None
@@ -536,21 +536,23 @@ def _compile(
         variant.donating = donating.call
         variant.donated = donated
         variant.kept = [k for _, k in inputs if k not in donated]
-        variant.plain = lambda: _plain_program(g, shapes, scalar_array, key, dev)
+        variant.plain = lambda: _plain_program(g, shapes, scalar_array, key, dev, name)
     return variant
 
 
-def _plain_program(g: graph.Graph, leaves: list[Any], scalar_array: Any, key: Any, dev: int) -> Any:
+def _plain_program(
+    g: graph.Graph, leaves: list[Any], scalar_array: Any, key: Any, dev: int, name: str
+) -> Any:
     """The runtime's own program for ``g`` (shared with lazy mode's cache), one that leaves its
     inputs alone: these inputs may be held elsewhere."""
     program = graph.CACHE.get(key)
-    if program is not None and getattr(program, "donated", None):
-        program = graph.compile_graph(g, list(leaves), scalar_array, "dynamo_compile")
-    elif program is None:
-        program = graph.compile_graph(g, list(leaves), scalar_array, "dynamo_compile")
-        graph.CACHE.put(key, program)
+    if program is None or getattr(program, "donated", None):
+        fresh = graph.compile_graph(g, list(leaves), scalar_array, "dynamo_compile", source=name)
+        if program is None:
+            graph.CACHE.put(key, fresh)
+        program = fresh
     else:
-        graph.note_cache_hit(g, program, dev, "dynamo_compile")
+        graph.note_cache_hit(g, program, dev, "dynamo_compile", source=name)
     return program
 
 
@@ -572,6 +574,7 @@ def _compile_donating(
     positions: tuple[int, ...],
     replacing: tuple[int, ...],
     key: Any,
+    name: str,
 ) -> _Donating | None:
     """``g`` compiled with the data leaves at ``positions`` donated, counted as the runtime
     counts its compiles; None if it does not lower (the runtime's own compile then reports why).
@@ -583,7 +586,7 @@ def _compile_donating(
     hit = _DONATING.get(full_key)
     device = f"xla:{g.key[-1]}"
     if hit is not None:
-        graph.note_cache_hit(g, hit.program, int(g.key[-1]), "dynamo_compile")
+        graph.note_cache_hit(g, hit.program, int(g.key[-1]), "dynamo_compile", source=name)
         return hit
     fn = graph.build_function(g)
     n = len(leaves)
@@ -602,7 +605,7 @@ def _compile_donating(
     metrics.record("CompileTime", dt)
     metrics.count("UncachedCompile")
     program = graph.Program(executable, g.hash, len(g.nodes), int(g.key[-1]))
-    graph.publish_compile(g, program, device, "dynamo_compile", seconds=dt / 1e9)
+    graph.publish_compile(g, program, device, "dynamo_compile", seconds=dt / 1e9, source=name)
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves]
 
     def call(*operands: Any) -> list[Any]:

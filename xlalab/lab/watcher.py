@@ -228,12 +228,13 @@ class Watcher:
         # that they split the step in two; the cell's end without one, that they ended it.
         self._unjudged: list[_Read] = []
         # finding id -> the recompilations it counts (its own, or those folded under a fallback)
-        self._changes: dict[int, list[str]] = {}
+        self._changes: dict[Any, list[str]] = {}  # also (finding id, note) for each place folded under one
         # finding id -> the places (graph sites) it recompiled, with the graphs compiled at each
         self._places: dict[int, dict[str, int]] = {}
         self._input_runs: dict[int, dict[str, list[str]]] = {}  # finding id -> each input's shapes
         self._unchecked: events.CompileEvent | None = None  # a new SPMD program, until it runs
         self._dynamo_recompiled: Finding | None = None  # dynamo's recompile in the step under way
+        self._guard_failed = False  # in the step under way, a guard failed: dynamo said why
         self._dynamo_graphs: dict[str, int] = {}  # compiled function -> graphs dynamo captured of it
         self._dynamic_ops: dict[Frame, str] = {}  # lines whose CPU fallback has a data-dependent shape
         self._lock = threading.RLock()
@@ -457,18 +458,33 @@ class Watcher:
         return self._on_new_graph(ev)
 
     def _on_new_graph(self, ev: events.CompileEvent) -> Finding | None:
-        if ev.reason == DYNAMO_COMPILE:
-            # Dynamo decides when a compiled function recompiles and says why (a RecompileEvent):
-            # its graphs are kept for the viewer but never compared as lazy-mode variants.
-            if not ev.cached and ev.graph is not None:
-                self._keep_graph(ev)
-            return None
         site_frame = ev.frames[0] if ev.frames else None
         site = self._sites.setdefault(_site_key(ev, site_frame), _Site())
         if ev.cached:
             site.hits += 1
             return None
-        warm_up = recompiles.in_warm_up(site.compiles, site.hits)
+        if ev.reason == DYNAMO_COMPILE:
+            if ev.graph is None or ev.graph_hash == site.graph_hash:
+                return None  # the same program again, with its inputs' buffers donated
+            self._keep_graph(ev)
+            if self._guard_failed or site.signature is None:
+                # Dynamo recompiled, and said why (a RecompileEvent): this is its new graph.
+                site.compiles += 1
+                site.signature, site.graph_hash = graph_diff.signature(ev.graph), ev.graph_hash
+                return None
+            # No guard failed, yet XLA compiles: dynamo's graph is dynamic (it takes any size)
+            # and XLA's programs are not. Compared as lazy mode's variants at the calling line.
+            finding = self._compared(ev, site, site_frame, warm_up=False)
+            if finding is not None:
+                self._dynamo_recompiled = finding  # the lazy graphs around it resize with it
+            return finding
+        return self._compared(ev, site, site_frame, recompiles.in_warm_up(site.compiles, site.hits))
+
+    def _compared(
+        self, ev: events.CompileEvent, site: _Site, site_frame: Frame | None, warm_up: bool
+    ) -> Finding | None:
+        """A graph compiled at ``site`` against the one compiled there before: a finding when it
+        is a recompilation, saying what changed."""
         site.compiles += 1
         graph = ev.graph
         if graph is None:
@@ -497,7 +513,8 @@ class Watcher:
         fallback = self._keyed.get(("fallback", dynamic, cause.where)) if dynamic else None
         if fallback is not None:  # the data-dependent op already reported explains it
             return self._fold_recompile(fallback, "so the step recompiles as that shape changes ", cause)
-        if self._dynamo_recompiled is not None and cause.kind in _SHAPE_CAUSES:
+        lazy = ev.reason != DYNAMO_COMPILE
+        if self._dynamo_recompiled is not None and cause.kind in _SHAPE_CAUSES and lazy:
             # Dynamo recompiled in this step for a changed size: the lazy graphs around the
             # compiled call (the loss on its output) resize with it.
             note = f"so the lazy graph at {self._label(site_frame)} recompiled too "
@@ -513,19 +530,28 @@ class Watcher:
         key = ("recompile", place, cause.title, cause.where)
         known = self._keyed.get(key)
         places = self._places.setdefault(known.id if known is not None else len(self.findings) + 1, {})
-        places[self._label(site_frame)] = site.compiles
+        place_label = self._label(site_frame)
+        if ev.source:  # a compiled function's graph: named, for its line is the function's own
+            place_label = f"{ev.source} ({place_label})"
+        places[place_label] = site.compiles
         if by_input and known is not None:  # the inputs other places saw change are named still
             sent = [d for d in known.details if " was sent to the device" in d and d not in cause.details]
             cause.details[:0] = sent
         if len(places) == 1:
             cause.details.append(
-                f"{site.compiles} graphs compiled at {self._label(site_frame)} so far; this one took "
+                f"{site.compiles} graphs compiled at {place_label} so far; this one took "
                 f"{ev.seconds:.2f} s"
             )
         else:
             counts = "; ".join(f"{n} at {label}" for label, n in places.items())
             cause.details.append(f"graphs compiled so far: {counts}; the latest took {ev.seconds:.2f} s")
-        if cause.kind == "input_shape":
+        if ev.reason == DYNAMO_COMPILE:
+            cause.details.append(
+                "dynamo's graph takes any size here (dynamic shapes), but XLA compiles one program "
+                "per shape: each new size compiles again; pad to a few fixed sizes (drop_last=True, "
+                "bucketed lengths)"
+            )
+        elif cause.kind == "input_shape":
             cause.details.append(
                 "each new shape compiles a new graph: pad the input to a fixed size (or to a few "
                 "bucket sizes) and mask the padding"
@@ -546,7 +572,9 @@ class Watcher:
                 run = runs.setdefault(name, [old])
                 if run[-1] != new:
                     run += [old, new] if run[-1] != old else [new]
-            finding.message = "; ".join(f"{name}: {_run_said(run)}" for name, run in runs.items())
+            # Inputs a compiled graph's backward reads (saved activations) have no name of the user's.
+            named = {name: run for name, run in runs.items() if not name.startswith("input ")} or runs
+            finding.message = "; ".join(f"{name}: {_run_said(run)}" for name, run in named.items())
         else:
             changes = self._changes.setdefault(finding.id, [])
             changes.append(cause.message)
@@ -557,7 +585,7 @@ class Watcher:
     def _fold_recompile(self, under: Finding, note: str, cause: _Cause) -> Finding:
         """A recompilation that ``under`` explains, said (and counted) under it."""
         self.cell_findings.add(under.id)
-        seen = self._changes.setdefault(under.id, [])
+        seen = self._changes.setdefault((under.id, note), [])
         seen.append(cause.message)
         times = "" if len(seen) == 1 else f", {len(seen)} times"
         under.fold(note + f"(Recompiled: {cause.title}{times}: {_first_and_last(seen)})", replaces=note)
@@ -662,6 +690,7 @@ class Watcher:
         frames = self.cells.user_frames(ev.frames)
         details = [f"dynamo's failed guard: {guard}"] if guard.strip() else []
         details.append(getattr(ev, "advice", "") or "keep the value fixed from call to call")
+        self._guard_failed = True
         self._dynamo_recompiled = self._finding(
             ("dynamo_recompile", function, words),
             "recompile",
@@ -867,6 +896,7 @@ class Watcher:
             self._cell_steps += 1
             self._step_reads.clear()
             self._dynamo_recompiled = None
+            self._guard_failed = False
             self.barriers.barrier()
             return found
         if ACCESS_REASONS.get(ev.reason) is None or ev.graph is None:
@@ -1008,6 +1038,8 @@ def _site_key(ev: events.CompileEvent, frame: Frame | None) -> tuple[Any, ...]:
     tell (its recompile finding), not a lazy-mode recompilation.
     """
     graph = ev.graph
+    if ev.reason == DYNAMO_COMPILE:
+        return (frame, ev.reason, ev.source)  # one compiled graph's programs, shape by shape
     if ev.reason != DYNAMO_INPUT or graph is None:
         return (frame,)
     return (frame, ev.reason, tuple(graph_diff.node_type(graph.nodes[i]) for i in graph.roots))
@@ -1024,10 +1056,14 @@ def _say_graph_count(f: Finding, function: str, n: int) -> None:
 def _name_of(node: Any, cells: CellMap) -> str | None:
     """The user's variable that holds ``node`` as its value, looked up in the frames on the stack.
 
-    Only identities are compared (``tensor._st.node is node``): nothing is read or computed.
+    Only identities are compared (``tensor._st.node is node``, or its device data): nothing is
+    read or computed.
     """
     from xlalab.runtime.tensor import XlaTensor
 
+    # A compiled function's graph reads its arguments through nodes of its own: their device
+    # data is the argument's.
+    value = getattr(node, "value", None)
     f = sys._getframe(1)
     while f is not None:
         file = f.f_code.co_filename
@@ -1036,7 +1072,7 @@ def _name_of(node: Any, cells: CellMap) -> str | None:
                 if (
                     # A view's base counts too: ``labels = upload.squeeze(1)`` names the upload.
                     isinstance(v, XlaTensor)
-                    and v._st.node is node
+                    and (v._st.node is node or (value is not None and v._st.node.value is value))
                     and not name.startswith("_")
                 ):
                     return name

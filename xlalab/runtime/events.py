@@ -32,6 +32,9 @@ class CompileEvent(Event):
     device: str = ""
     reason: str = ""
     graph: Any = None  # the linearized graph (xlalab.runtime.graph.Graph): nodes, roots, key
+    # What the graph is of when it is not pending lazy work: a compiled function's graph
+    # ("fwd_0, forward"), so that its programs for other shapes compare with one another.
+    source: str = ""
     # The compiled program (xlalab.runtime.graph.Program) that this compile made or the cache
     # held: what listeners read the partitioned HLO from (SPMD collectives). None when unknown.
     program: Any = None

@@ -669,7 +669,7 @@ def _failure(graph: Graph, what: str, error: Exception, lowered: Any = None) -> 
 
 
 def publish_compile(graph: Graph, prog: Any, device: str, reason: str, *, seconds: float = 0.0,
-                    cached: bool = False) -> None:  # fmt: skip
+                    cached: bool = False, source: str = "") -> None:  # fmt: skip
     """Tell listeners a graph was compiled, or found in the cache (single-device and replicated alike)."""
     if events.listening():
         events.publish(
@@ -683,6 +683,7 @@ def publish_compile(graph: Graph, prog: Any, device: str, reason: str, *, second
                 device=device,
                 reason=reason,
                 frames=user_frames(),
+                source=source,
             )
         )
 
@@ -709,9 +710,11 @@ def compile_graph(
     donated: tuple[int, ...] = (),
     donated_uses: tuple[int, ...] = (),
     order: tuple[int, ...] = (),
+    source: str = "",
 ) -> Program:
     """Compile ``graph`` for these inputs; the data leaves at ``donated`` are given to XLA, and
-    the roots come out in ``order`` (``donation.output_order``: each buffer to its new value)."""
+    the roots come out in ``order`` (``donation.output_order``: each buffer to its new value).
+    ``source`` names what the graph is of (a compiled function's graph), for listeners."""
     publish_compile_start(graph, f"xla:{graph.key[-1]}", reason)
     t0 = time.perf_counter_ns()
     fn = _with_done_token(build_function(graph))
@@ -742,7 +745,7 @@ def compile_graph(
     metrics.record("CompileTime", dt)
     metrics.count("UncachedCompile")
     prog = Program(executable, graph.hash, len(graph.nodes), graph.key[-1], donated, donated_uses, order)
-    publish_compile(graph, prog, f"xla:{prog.device}", reason, seconds=dt / 1e9)
+    publish_compile(graph, prog, f"xla:{prog.device}", reason, seconds=dt / 1e9, source=source)
     return prog
 
 
@@ -894,10 +897,10 @@ def _op_by_op(reason: str) -> bool:
     return bool(config.get("XLA_GET_TENSORS_OPBYOP"))
 
 
-def note_cache_hit(graph: Graph, prog: Any, device: int, reason: str) -> None:
+def note_cache_hit(graph: Graph, prog: Any, device: int, reason: str, source: str = "") -> None:
     """Count a compile-cache hit and tell listeners (single-device and replicated programs alike)."""
     metrics.count("CachedCompile")
-    publish_compile(graph, prog, f"xla:{device}", reason, cached=True)
+    publish_compile(graph, prog, f"xla:{device}", reason, cached=True, source=source)
 
 
 def execute(
