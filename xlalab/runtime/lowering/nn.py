@@ -34,7 +34,6 @@ from xlalab.runtime.lowering.elementwise import (
 from xlalab.runtime.lowering.pooling import expand
 from xlalab.runtime.lowering.reductions import axes, shifted_mean
 from xlalab.runtime.lowering.registry import lowering
-from xlalab.runtime.lowering.upsample import nearest
 
 aten = torch.ops.aten
 
@@ -730,42 +729,6 @@ def _embedding_dense_backward(
         g = g / counts[idx][:, None]
     out = jnp.zeros((num_weights, g.shape[1]), g.dtype).at[idx].add(g)
     return out.astype(grad_output.dtype)
-
-
-# --- upsampling ---------------------------------------------------------------------
-# Nearest in 2-d; the algorithm, and every other mode and rank, are in upsample.py.
-
-
-@lowering(aten.upsample_nearest2d.default)
-def _upsample_nearest2d(
-    x: Array, output_size: Sequence[int], scales_h: float | None = None, scales_w: float | None = None
-) -> Array:
-    return nearest(x, output_size, (scales_h, scales_w))
-
-
-@lowering(aten.upsample_nearest2d.vec)
-def _upsample_nearest2d_vec(
-    x: Array, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None
-) -> Array:
-    if output_size is None:
-        assert scale_factors is not None
-        output_size = [math.floor(n * f) for n, f in zip(x.shape[-2:], scale_factors, strict=True)]
-        return nearest(x, output_size, scale_factors)
-    return nearest(x, output_size, (None, None))
-
-
-@lowering(aten.upsample_nearest2d_backward.default)
-def _upsample_nearest2d_backward(
-    grad_output: Array,
-    output_size: Sequence[int],
-    input_size: Sequence[int],
-    scales_h: float | None = None,
-    scales_w: float | None = None,
-) -> Array:
-    # The forward is a gather; its transpose (a scatter-add) is the gradient.
-    zeros = jnp.zeros(tuple(input_size), grad_output.dtype)
-    _, pullback = jax.vjp(lambda x_: nearest(x_, output_size, (scales_h, scales_w)), zeros)
-    return pullback(grad_output)[0]
 
 
 # --- activations --------------------------------------------------------------------

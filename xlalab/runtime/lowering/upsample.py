@@ -10,7 +10,7 @@ Interpolation is separable: one gather (nearest) or two gathers and a weighted s
 per spatial axis (four for bicubic, which goes from the last axis to the first so that its
 sums associate as torch's kernel's do; antialiased resizing as many as its stretched filter
 covers). A backward is ``jax.vjp`` of its forward: the
-transpose of the gathers.
+transpose of the gathers; nearest's is one scatter-add in output order, as torch's kernel adds.
 """
 
 from __future__ import annotations
@@ -40,7 +40,14 @@ def _scale(size: int, out: int, align_corners: bool, scale: float | None, dtype:
     return dtype(1.0 / scale) if scale is not None and scale > 0 else dtype(size / out)
 
 
-def _nearest_index(out: int, size: int, scale: float | None, exact: bool) -> np.ndarray:
+def _nearest_index(out: int, size: int, scale: float | None, exact: bool, shortcuts: bool) -> np.ndarray:
+    """Source indices of nearest resizing. With ``shortcuts``, as torch's legacy ``nearest_idx``
+    (which 2-d forward kernels and every nearest backward kernel use), an axis that keeps its
+    size copies and one that doubles repeats, whatever the scale factor says."""
+    if shortcuts and out == size:
+        return np.arange(out)
+    if shortcuts and out == 2 * size:
+        return np.arange(out) // 2
     ratio = np.float32(1.0 / scale) if scale is not None and scale > 0 else np.float32(size / out)
     dst = np.arange(out, dtype=np.float32)
     src = np.floor((dst + np.float32(0.5)) * ratio) if exact else np.floor(dst * ratio)
@@ -179,12 +186,31 @@ def _antialiased(cubic: bool) -> Callable[..., Array]:
     return resize
 
 
-def nearest(x: Array, output_size: Sequence[int], scales: Scales, exact: bool = False) -> Array:
+def nearest(
+    x: Array, output_size: Sequence[int], scales: Scales, exact: bool = False, shortcuts: bool = False
+) -> Array:
     nd = len(output_size)
     for i, (out, scale) in enumerate(zip(output_size, scales, strict=True)):
         axis = x.ndim - nd + i
-        x = jnp.take(x, jnp.asarray(_nearest_index(out, x.shape[axis], scale, exact)), axis=axis)
+        index = _nearest_index(out, x.shape[axis], scale, exact, shortcuts)
+        x = jnp.take(x, jnp.asarray(index), axis=axis)
     return x
+
+
+def _nearest_backward(
+    grad_output: Array, input_size: Sequence[int], scales: Scales, exact: bool, shortcuts: bool
+) -> Array:
+    """One scatter-add of every output's gradient at its flat source position, in output order
+    and in float32 for half types: the order and type torch's backward kernel adds in (the
+    transposes of per-axis gathers would add an input's gradients in another association)."""
+    nd = len(scales)
+    spatial, out = tuple(input_size[-nd:]), grad_output.shape[-nd:]
+    axes = [_nearest_index(o, n, s, exact, shortcuts) for o, n, s in zip(out, spatial, scales, strict=True)]
+    where = np.ravel_multi_index(np.ix_(*axes), spatial).reshape(-1)
+    rows = math.prod(input_size[:-nd])
+    g = compute_float(grad_output).reshape(rows, len(where))
+    acc = jnp.zeros((rows, math.prod(spatial)), g.dtype)
+    return acc.at[:, jnp.asarray(where)].add(g).reshape(tuple(input_size)).astype(grad_output.dtype)
 
 
 def linear(x: Array, output_size: Sequence[int], align_corners: bool, scales: Scales) -> Array:
@@ -225,24 +251,26 @@ def _register_nearest(nd: int, exact: bool) -> None:
     packet = getattr(aten, f"{prefix}{nd}d")
     backward = getattr(aten, f"{prefix}{nd}d_backward").default
 
+    # Eager's 2-d nearest forward and every nearest backward take torch's legacy shortcuts; its
+    # 1-d and 3-d forwards do not, so their gradients are not those of their forwards.
+    shortcuts = not exact and nd == 2
+
     def forward(x: Array, output_size: Sequence[int], *scales: float | None) -> Array:
-        return nearest(x, output_size, _pad(scales, nd), exact)
+        return nearest(x, output_size, _pad(scales, nd), exact, shortcuts)
 
     def vec(x: Array, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None) -> Array:
         size = _size_from(x, output_size, scale_factors)
-        return nearest(x, size, scale_factors if output_size is None else (None,) * nd, exact)  # type: ignore[arg-type]
+        scales = scale_factors if output_size is None else (None,) * nd
+        return nearest(x, size, scales, exact, shortcuts)  # type: ignore[arg-type]
 
     def grad(
         grad_output: Array, output_size: Sequence[int], input_size: Sequence[int], *scales: float | None
     ) -> Array:
-        return _backward(
-            lambda x_: nearest(x_, output_size, _pad(scales, nd), exact), grad_output, input_size
-        )
+        return _nearest_backward(grad_output, input_size, _pad(scales, nd), exact, not exact)
 
-    if exact or nd != 2:  # nearest 2d forward/backward live in nn.py
-        lowering(packet.default)(forward)
-        lowering(packet.vec)(vec)
-        lowering(backward)(grad)
+    lowering(packet.default)(forward)
+    lowering(packet.vec)(vec)
+    lowering(backward)(grad)
 
 
 def _pad(scales: Sequence[float | None], nd: int) -> list[float | None]:

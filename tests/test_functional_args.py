@@ -1,0 +1,46 @@
+"""torch.nn.functional with unusual arguments on xla:0 equals eager CPU, values and gradients."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+def _value_and_grad(
+    fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, device: torch.device | str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    leaf = x.detach().to(device).requires_grad_()
+    y = fn(leaf)
+    gen = torch.Generator().manual_seed(1)
+    (grad,) = torch.autograd.grad(y, leaf, torch.randn(y.shape, generator=gen).to(y.dtype).to(device))
+    return y.cpu(), grad.cpu()
+
+
+def _assert_matches_eager(
+    fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, dev: torch.device, **tol: float
+) -> None:
+    got, want = _value_and_grad(fn, x, dev), _value_and_grad(fn, x, "cpu")
+    torch.testing.assert_close(got[0], want[0], **tol)
+    torch.testing.assert_close(got[1], want[1], **tol)
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+@pytest.mark.parametrize("scale", [1.3, 2.2, 2.3, 0.6])
+def test_nearest_interpolate_with_scale_factor_equals_eager(dev: torch.device, nd: int, scale: float) -> None:
+    """An axis whose size a scale factor keeps or doubles: eager's 2-d forward and every
+    nearest backward copy or repeat it (torch's legacy ``nearest_idx``), whatever the factor."""
+    x = torch.randn(2, 3, *[3, 2, 4][:nd])
+    resize = lambda t: F.interpolate(t, scale_factor=scale, mode="nearest")
+    _assert_matches_eager(resize, x, dev, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+def test_nearest_interpolate_gradient_accumulates_half_types_in_float32(
+    dev: torch.device, dtype: torch.dtype, mode: str
+) -> None:
+    x = torch.randn(1, 2, 2, 3).to(dtype)
+    _assert_matches_eager(lambda t: F.interpolate(t, size=(40, 7), mode=mode), x, dev, rtol=0, atol=0)
