@@ -44,3 +44,19 @@ def test_nearest_interpolate_gradient_accumulates_half_types_in_float32(
 ) -> None:
     x = torch.randn(1, 2, 2, 3).to(dtype)
     _assert_matches_eager(lambda t: F.interpolate(t, size=(40, 7), mode=mode), x, dev, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_layer_and_batch_norm_save_statistics_in_eager_dtype_and_backpropagate(
+    dev: torch.device, dtype: torch.dtype
+) -> None:
+    """Eager's CPU kernels keep a half input's mean and rstd in its own type (torch's meta
+    kernels say float32); the backward kernels refuse statistics of another type."""
+    x, w, b = torch.randn(4, 6, 5).to(dtype), torch.randn(5).to(dtype), torch.randn(5).to(dtype)
+    stats = torch.ops.aten.native_layer_norm(x.to(dev), [5], w.to(dev), b.to(dev), 1e-5)
+    assert [t.dtype for t in stats] == [t.dtype for t in torch.ops.aten.native_layer_norm(x, [5], w, b, 1e-5)]
+    _assert_matches_eager(lambda t: F.layer_norm(t, (5,), w.to(t.device), b.to(t.device)), x, dev)
+    leaf = x.to(dev).requires_grad_()
+    weight, bias = w.repeat(2)[:6].to(dev), b.repeat(2)[:6].to(dev)
+    F.batch_norm(leaf, None, None, weight, bias, training=True).sum().backward()
+    assert leaf.grad is not None and leaf.grad.dtype == dtype

@@ -520,11 +520,11 @@ def _compute_meta(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
     accepted, eager_out = _eager_accepts(func, args, kwargs)
     if not accepted:
         return _NO_META
-    described = _describe(out)
-    if type(described) is tuple and isinstance(eager_out, torch.Tensor) and eager_out.dtype != described[1]:
-        # Where torch's meta kernel and its CPU kernel disagree on the result type (``pow`` of a
-        # bool tensor by a bool), eager's kernel is the reference.
-        described = (described[0], eager_out.dtype)
+    # Where torch's meta kernel and its CPU kernel disagree on a result's type (``pow`` of a
+    # bool tensor by a bool; the float32 mean and rstd that ``native_layer_norm``'s meta kernel
+    # gives a bfloat16 input, which eager's CPU kernel keeps in bfloat16), eager's kernel is the
+    # reference.
+    described = _eager_dtypes(_describe(out), eager_out)
     for d in described if type(described) is list else [described]:
         if type(d) is tuple and d[1] not in dtypes.TORCH_TO_JNP:
             # Raised here, at the op and the user's line, not when a sync compiles the graph.
@@ -704,6 +704,16 @@ def _cpu_zeros(a: Any, shrink: bool, fill: int = 0, floats: bool = False) -> Any
     if isinstance(a, torch.device) and a.type == "xla":
         return torch.device("cpu")
     return a
+
+
+def _eager_dtypes(described: Any, eager_out: Any) -> Any:
+    """``described`` (one output's (shape, dtype), or a list of them) with the dtypes of the
+    tensors eager's kernel gave in the same places."""
+    if type(described) is tuple and isinstance(eager_out, torch.Tensor):
+        return described if eager_out.dtype == described[1] else (described[0], eager_out.dtype)
+    if type(described) is list and isinstance(eager_out, (tuple, list)) and len(eager_out) == len(described):
+        return [_eager_dtypes(d, e) for d, e in zip(described, eager_out, strict=True)]
+    return described
 
 
 def _describe(out: Any) -> Any:
