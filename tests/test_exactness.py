@@ -380,6 +380,7 @@ INDEXING: dict[str, Callable[[Any, Any], Any]] = {
     "index_select": lambda x, i: x.index_select(0, i),
     "gather": lambda x, i: x.gather(0, i),
     "embedding": lambda x, i: torch.nn.functional.embedding(i, x.reshape(5, 1)),
+    "embedding_bag": lambda x, i: torch.nn.functional.embedding_bag(i, x.reshape(5, 1), i.new_zeros(1)),
     "index_put_": lambda x, i: x.clone().index_put_((i,), torch.tensor(1.0, device=x.device)),
     "scatter_add": lambda x, i: x.scatter_add(0, i, torch.ones(1, device=x.device)),
     "take": lambda x, i: x.take(i),
@@ -402,7 +403,8 @@ def test_checked_indices_raise_where_eager_raises(op: str, checked_indices: Any)
     with pytest.raises(IndexError, match=message):
         fn(x.to(DEV), torch.tensor([7], device=DEV)).cpu()
     # in range (negative where eager allows it): same values, and nothing left pending raises later
-    good = torch.tensor([4] if op in ("gather", "index_select", "embedding", "scatter_add") else [-1])
+    nonnegative = ("gather", "index_select", "embedding", "embedding_bag", "scatter_add")
+    good = torch.tensor([4] if op in nonnegative else [-1])
     same(fn(x, good), fn(x.to(DEV), good.to(DEV)))
     xm.mark_step()
 

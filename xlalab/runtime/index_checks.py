@@ -28,6 +28,8 @@ config.watch("XLALAB_CHECK_INDICES", lambda on: enabled.__setitem__(0, bool(on))
 
 # Losses whose target holds a class per element (cross_entropy's): an index into dimension 1.
 _CLASS_TARGETS = (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
+# Ops whose second argument holds rows of the first.
+_EMBEDDINGS = (aten.embedding.default, aten._embedding_bag.default, aten._embedding_bag_forward_only.default)
 
 
 def _dim(args: tuple[Any, ...], i: int) -> int:
@@ -43,7 +45,7 @@ def _indexed(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[t
                 aten._index_put_impl.default, aten._unsafe_index_put.default):  # fmt: skip
         indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
         return [(ix, self.shape[k], True) for k, ix in enumerate(indices) if ix is not None]
-    if func is aten.embedding.default:
+    if func in _EMBEDDINGS:
         return [(args[1], self.shape[0], False)]
     if func is aten.take.default or func is aten.put.default:
         return [(args[1], self.numel(), True)]
