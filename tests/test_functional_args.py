@@ -60,3 +60,41 @@ def test_half_layer_and_batch_norm_save_statistics_in_eager_dtype_and_backpropag
     weight, bias = w.repeat(2)[:6].to(dev), b.repeat(2)[:6].to(dev)
     F.batch_norm(leaf, None, None, weight, bias, training=True).sum().backward()
     assert leaf.grad is not None and leaf.grad.dtype == dtype
+
+
+_NAN, _INF = float("nan"), float("inf")
+MAX_POOLS: list[tuple[str, torch.Tensor, Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]]] = [
+    ("pad_1d", torch.full((1, 1, 3), -_INF), lambda t: F.max_pool1d(t, 3, 1, 1, return_indices=True)),
+    ("pad_2d", torch.full((1, 2, 2, 3), -_INF), lambda t: F.max_pool2d(t, 2, 1, 1, return_indices=True)),
+    (
+        "pad_dilated_3d",
+        torch.full((1, 1, 3, 2, 4), -_INF),
+        lambda t: F.max_pool3d(t, 3, 2, 1, dilation=(1, 1, 2), ceil_mode=True, return_indices=True),
+    ),
+    (
+        "nans_1d",
+        torch.tensor([[[1.0, _NAN, 2.0, _NAN, 0.0]]]),
+        lambda t: F.max_pool1d(t, 5, return_indices=True),
+    ),
+    (
+        "nans_2d",
+        torch.tensor([[[[1.0, _NAN], [_NAN, 0.0]]]]),
+        lambda t: F.max_pool2d(t, 2, return_indices=True),
+    ),
+    (
+        "nans_adaptive",
+        torch.tensor([[[[1.0, _NAN], [_NAN, 0.0]]]]),
+        lambda t: F.adaptive_max_pool2d(t, 1, return_indices=True),
+    ),
+]
+
+
+@pytest.mark.parametrize(("x", "pool"), [p[1:] for p in MAX_POOLS], ids=[p[0] for p in MAX_POOLS])
+def test_max_pool_index_of_an_all_minus_inf_window_or_of_nans_equals_eager(
+    dev: torch.device, x: torch.Tensor, pool: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+) -> None:
+    """A window of -inf keeps its first element inside the input (never the padding, whose -inf
+    ties with it); a window with NaNs keeps its last NaN. The gradient goes where the index says."""
+    want, got = pool(x), pool(x.to(dev))
+    torch.testing.assert_close(got[1].cpu(), want[1], rtol=0, atol=0)
+    _assert_matches_eager(lambda t: pool(t)[0], x, dev, rtol=0, atol=0, equal_nan=True)

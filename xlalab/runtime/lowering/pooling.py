@@ -3,11 +3,11 @@
 Each pooling family is one algorithm whose first argument is the number of spatial dims
 ``nd``; nn.py registers every aten pooling op as one of them with its ``nd`` bound. Shapes
 are static, so window geometry (torch's ``pooling_output_shape``) and average divisors are
-trace-time constants. Max pooling takes one strided slice per kernel offset, so the argmax
-over offsets picks torch's first maximum. Its gradient is a scatter-add at the saved indices
-in the gradient's own dtype and in output order: how torch's CPU kernels add, so the sums
-over overlapping windows round as eager's do. Average pooling's backward is ``jax.vjp`` of
-its forward: one formula to get right, not two.
+trace-time constants. Max pooling takes one strided slice per kernel offset, so a scan over
+offsets picks the element torch's loop keeps (``scan_argmax``). Its gradient is a
+scatter-add at the saved indices in the gradient's own dtype and in output order: how torch's
+CPU kernels add, so the sums over overlapping windows round as eager's do. Average pooling's
+backward is ``jax.vjp`` of its forward: one formula to get right, not two.
 """
 
 from __future__ import annotations
@@ -104,6 +104,28 @@ def _pullback(forward: Callable[[Array], Array], grad_output: Array, x: Array) -
     return pullback(grad_output.astype(out.dtype))[0]
 
 
+def scan_argmax(values: Array, axis: int) -> Array:
+    """The element of a window eager's pooling loops keep, windows scanned along ``axis``: the
+    first maximum, or where a window holds NaNs its last NaN (a NaN replaces the running
+    maximum, and nothing compares greater than it)."""
+    if not jnp.issubdtype(values.dtype, jnp.floating):
+        return jnp.argmax(values, axis=axis)
+    nan = jnp.isnan(values)
+    last_nan = values.shape[axis] - 1 - jnp.argmax(jnp.flip(nan, axis), axis=axis)
+    first_max = jnp.argmax(jnp.where(nan, jnp.asarray(-jnp.inf, values.dtype), values), axis=axis)
+    return jnp.where(jnp.any(nan, axis=axis), last_nan, first_max)
+
+
+def _first_inside(size: int, k: int, s: int, p: int, d: int, out: int) -> np.ndarray:
+    """Per output position along one axis, the first kernel offset that lands inside the input
+    (not in the padding): where eager's max pooling starts its window."""
+    first = []
+    for o in range(out):
+        start = o * s - p
+        first.append(next((i for i in range(k) if 0 <= start + i * d < size), 0))
+    return np.asarray(first, dtype=np.int64)
+
+
 # --- average pooling -----------------------------------------------------------------------
 
 
@@ -174,17 +196,25 @@ def max_pool_with_indices(nd: int, x: Array, *window: Any, **named: Any) -> tupl
         limit = [st + (o - 1) * ss + 1 for st, o, ss in zip(start, out, s, strict=True)]
         return lax.slice(xp, (0,) * lead + tuple(start), (*x.shape[:lead], *limit), _full(x, s))
 
-    # One strided slice per kernel offset: (K, ..., *out). argmax over K picks the first
-    # maximal offset in row-major kernel order, which is torch's tie rule (strict >).
+    # One strided slice per kernel offset: (K, ..., *out), scanned in row-major kernel order.
     windows = jnp.stack([at_offset(offset) for offset in itertools.product(*map(range, k))])
-    which = jnp.argmax(windows, axis=0)
+    which = scan_argmax(windows, axis=0)
+    best = jnp.max(windows, axis=0)
     offsets = _unravel(which, k)
+    # A window whose elements are all the lowest value (-inf) keeps its first element inside
+    # the input, which eager's loop starts from: not the padding, whose -inf ties with them.
+    low = best == jnp.asarray(lowest(x.dtype), x.dtype)
+    for a in range(nd):
+        first = _first_inside(x.shape[lead + a], k[a], s[a], p[a], d[a], out[a])
+        shape = [1] * which.ndim
+        shape[lead + a] = out[a]
+        offsets[a] = jnp.where(low, jnp.asarray(first.reshape(shape)), offsets[a])
     # torch's indices are flat positions within each spatial plane (or volume).
     index = jnp.zeros(which.shape, jnp.int64)
     for a in range(nd):
         position = lax.broadcasted_iota(jnp.int64, which.shape, lead + a) * s[a] - p[a] + offsets[a] * d[a]
         index = index * x.shape[lead + a] + position
-    return jnp.max(windows, axis=0), index
+    return best, index
 
 
 def _unravel(flat: Array, shape: Sequence[int]) -> list[Array]:
@@ -261,10 +291,7 @@ def fractional_max_pool(
     windows = flat.reshape(*flat.shape[:2], math.prod(flat.shape[2:]), 1)
     values = jnp.take_along_axis(planes[:, :, :, None], windows, axis=2)
     values = values.reshape(flat.shape)
-    nan = jnp.isnan(values)
-    last_nan = values.shape[-1] - 1 - jnp.argmax(nan[..., ::-1], axis=-1)
-    first_max = jnp.argmax(jnp.where(nan, -jnp.inf, values), axis=-1)
-    pick = jnp.where(jnp.any(nan, axis=-1), last_nan, first_max)[..., None]
+    pick = scan_argmax(values, axis=-1)[..., None]
     out_shape = (*x.shape[:-nd], *output_size)
     best = jnp.take_along_axis(values, pick, axis=-1).reshape(out_shape)
     return best, jnp.take_along_axis(flat, pick, axis=-1).reshape(out_shape)
@@ -320,8 +347,8 @@ def _adaptive_windows(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def adaptive_max_pool(nd: int, x: Array, output_size: Ints) -> tuple[Array, Array]:
-    """Values and torch's indices (flat positions within each spatial plane or volume),
-    first maximum winning."""
+    """Values and torch's indices (flat positions within each spatial plane or volume), as
+    ``scan_argmax`` picks them."""
     output_size = expand(output_size, nd)
     lead, spatial = x.shape[:-nd], x.shape[-nd:]
     windows = [_adaptive_windows(n, o) for n, o in zip(spatial, output_size, strict=True)]
@@ -345,7 +372,7 @@ def adaptive_max_pool(nd: int, x: Array, output_size: Ints) -> tuple[Array, Arra
         valid = valid & v.reshape(shape)
     vals = jnp.where(jnp.asarray(valid), vals, jnp.asarray(lowest(x.dtype), x.dtype))
     flat = vals.reshape(*vals.shape[: len(lead) + nd], math.prod(ks))
-    which = jnp.argmax(flat, axis=-1)
+    which = scan_argmax(flat, axis=-1)
     values = jnp.max(flat, axis=-1)
     index = jnp.zeros(which.shape, jnp.int64)
     stride = 1
