@@ -29,9 +29,29 @@ def _same(fn: Callable[..., torch.Tensor], *args: Any) -> None:
 @pytest.mark.parametrize("mask", [False, True], ids=["index", "mask"])
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_index_put_of_a_0d_cpu_integer_value(mask: bool, accumulate: bool) -> None:
-    # A 0-d CPU integer tensor reaches the lowering as a baked number, not an array.
+    # A 0-d CPU integer tensor is baked into the graph; the lowering gets it as an array.
     def put(x: torch.Tensor) -> torch.Tensor:
         index = x > 4 if mask else torch.tensor([0, 2, 0])
         return x.index_put((index,), torch.tensor(3), accumulate=accumulate)
 
     _same(put, torch.arange(12).reshape(3, 4))
+
+
+_ZERO_D_INDEX: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gather": lambda x: x[0, 0].gather(0, torch.tensor(0)),
+    "index_select": lambda x: x.index_select(1, torch.tensor(2)),
+    "index_select_int32": lambda x: x.index_select(0, torch.tensor(1, dtype=torch.int32)),
+    "take": lambda x: torch.take(x, torch.tensor(7)),
+    "put": lambda x: x.put(torch.tensor(7), torch.tensor(5.0)),
+    "scatter": lambda x: x[0, 0].scatter(0, torch.tensor(0), 5.0),
+    "searchsorted": lambda x: torch.searchsorted(x[0].sort().values, torch.tensor(0)),
+    "index_put_index": lambda x: x.index_put((torch.tensor(1),), torch.tensor(3.0)),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_ZERO_D_INDEX))
+def test_a_0d_cpu_integer_tensor_operand(op: str) -> None:
+    # torch takes a 0-d CPU tensor beside xla tensors; an integer one is baked into the graph
+    # and must reach an op that takes it as a tensor (an index) as an array of its dtype.
+    _same(_ZERO_D_INDEX[op], torch.randn(3, 5))
+

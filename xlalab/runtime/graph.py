@@ -472,15 +472,19 @@ def _compute_dtype(out: torch.dtype | None, operands: list[torch.dtype | None]) 
     return torch.get_default_dtype()
 
 
-def _subst(a: Any, vals: Sequence[Any], leaf: Callable[[Any], Any] | None = None) -> Any:
-    """A static-argument template with its operand slots filled (``leaf`` maps other values)."""
+def _subst(
+    a: Any, vals: Sequence[Any], leaf: Callable[[Any], Any] | None = None, typed: bool = False
+) -> Any:
+    """A static-argument template with its operand slots filled (``leaf`` maps other values).
+    ``typed``: a baked 0-d CPU tensor becomes an array of its dtype, not a number (for ops
+    that take it as a tensor without promoting it: an index, ``index_put``'s values)."""
     tp = type(a)
     if tp is ir.Slot:
         return vals[a.i]
     if tp is ir.Const:
-        return a.value
+        return jnp.asarray(a.value, to_jnp(a.dtype)) if typed and a.dtype is not None else a.value
     if tp is tuple:
-        items = [_subst(x, vals, leaf) for x in a]
+        items = [_subst(x, vals, leaf, typed) for x in a]
         return items if any(type(x) is ir.Slot for x in a) else tuple(items)
     return a if leaf is None else leaf(a)
 
@@ -507,8 +511,9 @@ def lower_node(instr: tuple[Any, ...], vals: list[Any]) -> Any:
     if fn is None:
         raise LoweringError(f"xlalab has no lowering for {op}")
     tpl, ktpl = arg
-    args = [_subst(a, vals) for a in tpl]
-    kwargs = {k: _subst(v, vals) for k, v in ktpl}
+    typed = promote is None  # an elementwise op's promotion casts its numbers itself
+    args = [_subst(a, vals, typed=typed) for a in tpl]
+    kwargs = {k: _subst(v, vals, typed=typed) for k, v in ktpl}
     if promote is not None:
         cd, positions, names, via, half, rounded = promote
         for p in positions:

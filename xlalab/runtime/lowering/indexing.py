@@ -288,7 +288,6 @@ def _index_put(
     accumulate: bool = False,
     unsafe: bool = False,
 ) -> Array:
-    values = jnp.asarray(values)  # a 0-d CPU integer or bool tensor comes baked, as a number
     given = [(i, index) for i, index in enumerate(indices) if index is not None]
     if len(given) == 1 and _is_mask(given[0][1]):
         position, mask = given[0]
