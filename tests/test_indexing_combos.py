@@ -55,3 +55,35 @@ def test_a_0d_cpu_integer_tensor_operand(op: str) -> None:
     # and must reach an op that takes it as a tensor (an index) as an array of its dtype.
     _same(_ZERO_D_INDEX[op], torch.randn(3, 5))
 
+
+_DATA_DEPENDENT: dict[str, Callable[[torch.Tensor], Any]] = {
+    "nonzero": torch.nonzero,
+    "argwhere": torch.argwhere,
+    "nonzero_as_tuple_0": lambda x: torch.nonzero(x, as_tuple=True)[0],
+    "where_one_argument_1": lambda x: torch.where(x)[1],
+    "unique_dim": lambda x: torch.unique(x, dim=1),
+    "unique_consecutive_dim": lambda x: torch.unique_consecutive(x, dim=1),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_DATA_DEPENDENT))
+def test_data_dependent_results_keep_eager_strides(op: str) -> None:
+    # These run on the CPU fallback, whose results eager lays out column-major (nonzero's
+    # (n, ndim) result has strides (1, n)); the xla result has eager's strides, so
+    # is_contiguous() and view() answer as eager's do.
+    _same(_DATA_DEPENDENT[op], torch.tensor([[3, 0, 2, 0, 2], [0, 1, 2, 2, 0]]))
+
+
+_OF_A_PERMUTED: dict[str, Callable[[torch.Tensor], Any]] = {
+    "mask_last_dim": lambda x: x[..., torch.tensor([True, False])],
+    "mask_first_dim": lambda x: x[torch.tensor([True, False, True])],
+    "mask_first_dim_on_device": lambda x: x[torch.tensor([True, False, True]).to(x.device)],
+    "masked_select_row": lambda x: x[x[:, :, 0] > 0],
+}
+
+
+@pytest.mark.parametrize("op", sorted(_OF_A_PERMUTED))
+def test_fallback_of_a_permuted_operand_keeps_its_layout(op: str) -> None:
+    # The CPU fallback gives eager's kernel a host copy laid out as the xla operand is, so the
+    # result is laid out as eager's (a mask index keeps the operand's order of dims).
+    _same(lambda x: _OF_A_PERMUTED[op](x.permute(2, 1, 0)), torch.randn(2, 4, 3))

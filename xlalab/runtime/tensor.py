@@ -1529,6 +1529,9 @@ def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         if not rng.BODIES.draws:  # no control-flow body is being traced: a failure of its own
             raise
         _cannot_fall_back_in_body(func, args, kwargs, name, e)
+    for x in xla_args:
+        if x._layout is not None:  # eager's kernel lays its result out as its operands are
+            host[id(x)] = _host_laid_out(host[id(x)], x.stride())
     written = _written_args(func, args, kwargs)
     for i in written:  # the op may resize an out= tensor: a host copy of its own it can resize
         host[i] = host[i].clone()
@@ -1571,7 +1574,8 @@ def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
             for x, hx in zip(xla_args, host.values()):
                 if o is hx:
                     return x  # an in-place op returned its (already updated) input
-            return wrap(to_device_node(o, device))
+            # laid out as eager's result is (``nonzero``'s is column-major)
+            return _laid_out_tensor(to_device_node(o, device), o.stride())
         if isinstance(o, (list, tuple)):
             return type(o)(back(x) for x in o)
         return o
@@ -1583,6 +1587,15 @@ def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         result = back(out)
     _publish_fallback(func, args, name, time.perf_counter() - t0)
     return result
+
+
+def _host_laid_out(h: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
+    """A host copy with ``strides`` where they lay its elements out densely in another order
+    (a permute of a row-major block); ``h`` as it is otherwise."""
+    order = layouts.memory_order(h.shape, strides)
+    if order is None:
+        return h
+    return h.permute(order).contiguous().permute([order.index(d) for d in range(h.dim())])
 
 
 # Outputs that are on the CPU in eager whatever the device (packed sequences' batch sizes and
