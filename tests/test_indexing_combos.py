@@ -87,3 +87,23 @@ def test_fallback_of_a_permuted_operand_keeps_its_layout(op: str) -> None:
     # The CPU fallback gives eager's kernel a host copy laid out as the xla operand is, so the
     # result is laid out as eager's (a mask index keeps the operand's order of dims).
     _same(lambda x: _OF_A_PERMUTED[op](x.permute(2, 1, 0)), torch.randn(2, 4, 3))
+
+
+_GATHERS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "gather": lambda x, i: x.gather(0, i.view(-1, 1)),
+    "index_select": lambda x, i: x.index_select(0, i),
+    "embedding": lambda x, i: torch.nn.functional.embedding(i, x),
+    "embedding_bag": lambda x, i: torch.nn.functional.embedding_bag(i.view(1, -1), x),
+    "index": lambda x, i: x[i],
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+@pytest.mark.parametrize("op", sorted(_GATHERS))
+def test_an_index_out_of_range_is_clamped(op: str, dtype: torch.dtype) -> None:
+    # Eager raises; XLA has no errors at run time and clamps (docs/runtime.md), where JAX's
+    # gathers fill NaN (or the integer minimum) unless told to clip.
+    x = torch.arange(12, dtype=dtype if op != "embedding_bag" else torch.float32).reshape(4, 3)
+    index = torch.tensor([4, 1, 9])
+    got = _GATHERS[op](x.to(xlalab.device()), index.to(xlalab.device())).cpu()
+    torch.testing.assert_close(got, _GATHERS[op](x, index.clamp(max=x.shape[0] - 1)))

@@ -56,7 +56,7 @@ def _forward(
     bag = _bags(indices, offsets, num_bags)
     counted = _counted(indices, padding_idx)
     count = jax.ops.segment_sum(counted.astype(indices.dtype), bag, num_bags)
-    rows = compute_float(jnp.take(weight, indices, axis=0))
+    rows = compute_float(jnp.take(weight, indices, axis=0, mode="clip"))
     if per_sample_weights is not None:
         rows = rows * compute_float(per_sample_weights)[:, None]
     zero = jnp.zeros((), rows.dtype)
@@ -149,7 +149,7 @@ def _per_sample_weights_backward(
     # Only sum mode takes per-sample weights: each weight's gradient is its bag's gradient
     # dotted with the row it scaled.
     bag = _bags(indices, offsets, grad.shape[0])
-    rows = compute_float(jnp.take(weight, indices, axis=0))
+    rows = compute_float(jnp.take(weight, indices, axis=0, mode="clip"))
     dots = jnp.sum(compute_float(grad)[bag] * rows, axis=1)
     return jnp.where(_counted(indices, padding_idx), dots, jnp.zeros((), dots.dtype)).astype(grad.dtype)
 

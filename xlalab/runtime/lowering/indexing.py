@@ -97,7 +97,8 @@ def _index(x: Array, indices: Sequence[Array | None]) -> Array:
 def _index_select(x: Array, dim: int, index: Array) -> Array:
     if x.ndim == 0:
         return x
-    return jnp.take(x, index.reshape(-1), axis=_dim(dim, x.ndim))
+    # mode: an index out of range is clamped, as XLA's gathers do (JAX's default fills NaN)
+    return jnp.take(x, index.reshape(-1), axis=_dim(dim, x.ndim), mode="clip")
 
 
 @lowering(aten.take.default)
@@ -127,7 +128,7 @@ def _gather(x: Array, dim: int, index: Array, sparse_grad: bool = False) -> Arra
     # torch lets the index be smaller than the input in the other dims and then reads
     # the leading block; take_along_axis wants equal (or broadcastable) sizes.
     block = tuple(slice(None) if d == dim else slice(0, n) for d, n in enumerate(index.shape))
-    return jnp.take_along_axis(x[block], index, axis=dim)
+    return jnp.take_along_axis(x[block], index, axis=dim, mode="clip")  # out of range: clamped
 
 
 # --- scattering ---------------------------------------------------------------------

@@ -712,7 +712,7 @@ def _embedding(
     scale_grad_by_freq: bool = False,
     sparse: bool = False,
 ) -> Array:
-    return jnp.take(weight, indices, axis=0)
+    return jnp.take(weight, indices, axis=0, mode="clip")  # out of range: clamped (JAX fills NaN)
 
 
 @lowering(aten.embedding_dense_backward.default)
