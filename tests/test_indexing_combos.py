@@ -107,3 +107,17 @@ def test_an_index_out_of_range_is_clamped(op: str, dtype: torch.dtype) -> None:
     index = torch.tensor([4, 1, 9])
     got = _GATHERS[op](x.to(xlalab.device()), index.to(xlalab.device())).cpu()
     torch.testing.assert_close(got, _GATHERS[op](x, index.clamp(max=x.shape[0] - 1)))
+
+
+@pytest.mark.parametrize(
+    "view",
+    [lambda x: x.t(), lambda x: x.view(2, 2, 6).permute(2, 0, 1).flatten(1), lambda x: x],
+    ids=["transpose", "permute", "contiguous"],
+)
+def test_as_strided_scatter_addresses_the_clone_of_a_permuted_input(view: Callable[..., Any]) -> None:
+    # Eager clones self keeping its layout and writes src through as_strided of the clone:
+    # the strides address self's elements in their memory order.
+    def scatter(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        return torch.as_strided_scatter(view(x), src, (2, 3), (4, 1), 2)
+
+    _same(scatter, torch.randn(4, 6), torch.randn(2, 3))

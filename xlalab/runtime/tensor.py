@@ -1707,6 +1707,21 @@ def _assert_async(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
     return args[2] if func is aten._functional_assert_async.msg else None
 
 
+def _as_strided_scatter(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``as_strided_scatter``: eager's kernel clones ``self`` (keeping its layout) and writes
+    ``src`` through ``as_strided`` of the clone, so the strides address the clone's storage.
+    The lowering addresses ``self`` as row-major; a ``self`` whose elements are dense in another
+    order (a transpose) takes eager's own steps on xla tensors."""
+    x = args[0]
+    if type(x) is not XlaTensor or x._layout is None or layouts.memory_order(x.shape, x.stride()) is None:
+        return _lowered(func, args, kwargs)
+    bound = func._schema  # (self, src, size, stride, storage_offset=None)
+    named = dict(zip([a.name for a in bound.arguments], args)) | kwargs
+    out = x.clone()
+    out.as_strided(named["size"], named["stride"], named.get("storage_offset")).copy_(named["src"])
+    return out
+
+
 def _histc(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``torch.histc``: with ``min == max`` the bins span the data, and eager refuses data whose
     range is not finite (a NaN or an infinity in it): a deferred check here, as eager's error
@@ -1859,6 +1874,7 @@ _SPECIAL: dict[OpOverload, Handler] = {
     aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer_fwd,
     aten._nested_tensor_from_mask_left_aligned.default: _dense_path,
     aten.histc.default: _histc,
+    aten.as_strided_scatter.default: _as_strided_scatter,
     aten._assert_async.default: _assert_async,
     aten._assert_async.msg: _assert_async,
     aten._functional_assert_async.msg: _assert_async,
