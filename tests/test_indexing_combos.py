@@ -121,3 +121,16 @@ def test_as_strided_scatter_addresses_the_clone_of_a_permuted_input(view: Callab
         return torch.as_strided_scatter(view(x), src, (2, 3), (4, 1), 2)
 
     _same(scatter, torch.randn(4, 6), torch.randn(2, 3))
+
+
+@pytest.mark.parametrize(
+    "shapes", [((4,), (6,)), ((4, 3), (4,)), ((4, 6), (6,))], ids=["longer", "not_trailing", "view"]
+)
+def test_copy_of_a_src_that_does_not_broadcast_raises_at_the_call(shapes: tuple[Any, Any]) -> None:
+    dst_shape, src_shape = shapes
+    dev = xlalab.device()
+    for src in (torch.ones(src_shape), torch.ones(src_shape).to(dev)):
+        dst = torch.zeros(dst_shape).to(dev)
+        target = dst.t()[2] if len(dst_shape) == 2 and dst_shape[1] == 6 else dst
+        with pytest.raises(RuntimeError, match="must match the size"):
+            target.copy_(src)

@@ -1238,6 +1238,9 @@ def _copy_(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     if not isinstance(src, torch.Tensor):
         # ``t.copy_(1.5)``: a Python number fills, as eager does (as a wrapped number).
         src = torch.tensor(src)
+    if tuple(src.shape) != tuple(dst.shape):
+        # eager's error for a src that does not broadcast to dst, at the call (not at the sync)
+        torch.empty(dst.shape, device="meta").copy_(torch.empty(src.shape, device="meta"))
     if not isinstance(src, XlaTensor):
         if not dst._chain and tuple(src.shape) == tuple(dst.shape):
             set_node(dst._st, to_device_node(src, dst._st.device, dst.dtype))
