@@ -79,6 +79,7 @@ _OF_A_PERMUTED: dict[str, Callable[[torch.Tensor], Any]] = {
     "mask_first_dim": lambda x: x[torch.tensor([True, False, True])],
     "mask_first_dim_on_device": lambda x: x[torch.tensor([True, False, True]).to(x.device)],
     "masked_select_row": lambda x: x[x[:, :, 0] > 0],
+    "mask_of_a_strided_slice": lambda x: x[:, ::2][torch.tensor([True, False, True])],
 }
 
 

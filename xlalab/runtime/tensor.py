@@ -1593,12 +1593,15 @@ def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
 
 
 def _host_laid_out(h: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
-    """A host copy with ``strides`` where they lay its elements out densely in another order
-    (a permute of a row-major block); ``h`` as it is otherwise."""
-    order = layouts.memory_order(h.shape, strides)
-    if order is None:
-        return h
-    return h.permute(order).contiguous().permute([order.index(d) for d in range(h.dim())])
+    """A host copy with the xla operand's ``strides`` (a permute, a slice with gaps), which
+    eager's kernels order their result's dims by; ``h`` as it is where elements would share
+    memory (an expand, overlapping windows), which a copy cannot lay out."""
+    reach = 0  # the farthest offset the dims with smaller strides reach
+    for stride, n in sorted((st, n) for st, n in zip(strides, h.shape) if n > 1):
+        if stride <= reach:
+            return h
+        reach += stride * (n - 1)
+    return torch.empty_strided(h.shape, strides, dtype=h.dtype).copy_(h)
 
 
 # Outputs that are on the CPU in eager whatever the device (packed sequences' batch sizes and
