@@ -928,6 +928,10 @@ _LDEXP = {
     ),
     "half_float_exponent": (lambda: torch.tensor([2.0**-10]).half(), lambda: torch.tensor([20.0]).half()),
     "integer_input": (lambda: torch.arange(4), lambda: torch.tensor(3, dtype=torch.uint8)),
+    # An integer tensor is multiplied by the float32 power: 0 * 2**200 is NaN there, as in eager.
+    "integer_input_past_the_range": (lambda: torch.tensor([0, 1, -2]), lambda: torch.tensor([200, 200, -3])),
+    "complex_input": (lambda: torch.tensor([1 + 1j, 0j]), lambda: torch.tensor([3, 200])),
+    "complex_exponent": (lambda: torch.tensor([1.0, 2.0]), lambda: torch.tensor(1 + 2j, dtype=torch.cdouble)),
     "float64_exponent": (lambda: torch.tensor([1.0, 3.0]), lambda: torch.tensor([2.5], dtype=torch.float64)),
 }
 

@@ -1077,18 +1077,29 @@ def _nextafter(x: Array, other: Array) -> Array:
 
 @lowering(aten.ldexp.Tensor, result_dtype=True)
 def _ldexp(x: Array, other: Array | Scalar, result_dtype: Any = None) -> Array:
-    """``x * 2**other`` as eager's CPU kernel computes it: an integer exponent scales exactly
-    (C's ldexp, the exponent taken as an int32 as its cast does: ``0 * 2**200`` is 0, not NaN),
-    a float one multiplies by the power rounded to the result's type (``2.0**200`` is inf in
-    float32)."""
-    x, other = x.astype(result_dtype), jnp.asarray(other)  # a 0-d CPU operand arrives baked
-    if is_integral(other):
-        return jnp.ldexp(x, other.astype(jnp.int64).astype(jnp.int32))
-    n = other.astype(result_dtype)
+    """``x * 2**other`` as eager's CPU kernel computes it. A float tensor scaled by an integer
+    exponent scales exactly (C's ldexp, the exponent taken as an int32 as its cast does:
+    ``0.0 * 2**200`` is 0, not NaN); any other pair multiplies by the power rounded to the
+    result's type (``2.0**200`` is inf in float32, and an integer 0 times it is NaN)."""
+    other = jnp.asarray(other)  # a 0-d CPU operand arrives baked
+    if jnp.issubdtype(x.dtype, jnp.floating) and is_integral(other):
+        return jnp.ldexp(x.astype(result_dtype), other.astype(jnp.int64).astype(jnp.int32))
+    return x.astype(result_dtype) * _power_of_two(other, result_dtype)
+
+
+def _power_of_two(n: Array, dtype: Any) -> Array:
+    """``2**n`` in ``dtype`` (its real part's type for a complex ``dtype`` and a real ``n``),
+    exact where ``n`` is a whole number."""
+    if jnp.issubdtype(n.dtype, jnp.complexfloating):
+        return jnp.exp(n.astype(dtype) * jnp.asarray(math.log(2), dtype))
+    real = jnp.finfo(dtype).dtype
+    if is_integral(n):
+        return jnp.ldexp(jnp.ones((), real), jnp.clip(n.astype(jnp.int64), -4096, 4096).astype(jnp.int32))
+    n = n.astype(real)
     whole = jnp.floor(n)
     # exp2 alone is not exact at whole numbers on XLA:CPU (2**13 comes out one ulp low).
     power = jnp.ldexp(jnp.exp2(n - whole), jnp.clip(whole, -4096, 4096).astype(jnp.int32))
-    return x * jnp.where(jnp.isfinite(n), power, jnp.exp2(n))
+    return jnp.where(jnp.isfinite(n), power, jnp.exp2(n))
 
 
 @lowering(aten.frexp.Tensor)
