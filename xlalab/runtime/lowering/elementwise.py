@@ -106,8 +106,41 @@ def plus_zero(r: Array) -> Array:
 # --- arithmetic -------------------------------------------------------------------
 
 
+def _is_complex(*xs: Array | Scalar) -> bool:
+    return any(isinstance(x, complex) or jnp.iscomplexobj(x) for x in xs)
+
+
+def _complex_type(x: Array, other: Array | Scalar) -> Any:
+    """The op's complex computation dtype: the tensor's (a float graph input, float64, must not
+    widen it), else the promotion of a real tensor with a complex number."""
+    return x.dtype if jnp.iscomplexobj(x) else jnp.result_type(x, other)
+
+
+def _complex_scaled(y: Array | Scalar, alpha: Scalar, dtype: Any, negate: bool = False) -> Array:
+    """``alpha * y`` (``-alpha * y`` if ``negate``: ``sub`` is an ``add`` of ``-alpha``) as
+    eager's complex add kernel computes it in ``x + alpha * y``:
+    a complex product even where ``alpha`` is 1, ``(ar*yr - ai*yi) + (ar*yi + ai*yr)j``, so an
+    infinite or NaN part of ``y`` makes the other part NaN (``(1+1j) + inf`` is ``inf+nanj``).
+    A real ``alpha``'s zero imaginary part goes through an optimization barrier: XLA would
+    otherwise fold ``yi * 0`` away with the multiply by ``1 + 0j``."""
+    if isinstance(alpha, jax.Array) and jnp.iscomplexobj(alpha):
+        # a float graph input cast to the op's type: its 0j must stay +0j once negated
+        alpha = jnp.real(alpha)
+    if negate:
+        alpha = -alpha
+    y = jnp.asarray(y, dtype)
+    a = jnp.asarray(alpha, dtype)
+    ar, ai = jnp.real(a), jnp.imag(a)
+    if not isinstance(alpha, complex):
+        ai = lax.optimization_barrier(ai)
+    yr, yi = jnp.real(y), jnp.imag(y)
+    return lax.complex(ar * yr - ai * yi, ar * yi + ai * yr)
+
+
 @lowering(aten.add.Tensor, aten.add.Scalar)
 def _add(x: Array, other: Array | Scalar, alpha: Scalar = 1) -> Array:
+    if _is_complex(x, other):
+        return x + _complex_scaled(other, alpha, _complex_type(x, other))
     if is_number(other, 0) and isinstance(x, jax.Array):
         return plus_zero(x)  # XLA folds x + 0 to x
     if is_number(x, 0) and isinstance(other, jax.Array):
@@ -117,11 +150,15 @@ def _add(x: Array, other: Array | Scalar, alpha: Scalar = 1) -> Array:
 
 @lowering(aten.sub.Tensor, aten.sub.Scalar)
 def _sub(x: Array, other: Array | Scalar, alpha: Scalar = 1) -> Array:
+    if _is_complex(x, other):
+        return x + _complex_scaled(other, alpha, _complex_type(x, other), negate=True)
     return x - scaled(other, alpha)
 
 
 @lowering(aten.rsub.Tensor, aten.rsub.Scalar)
 def _rsub(x: Array, other: Array | Scalar, alpha: Scalar = 1) -> Array:
+    if _is_complex(x, other):
+        return other + _complex_scaled(x, alpha, _complex_type(x, other), negate=True)
     return other - scaled(x, alpha)
 
 
