@@ -62,3 +62,36 @@ def test_logdet_of_a_singular_complex_matrix(dtype: torch.dtype, dev: torch.devi
     # log(sign) + logabsdet: log(-0+0j) is -inf+pi j, and adding -inf makes the imaginary part NaN
     a = torch.tensor([[1.0, 2, 3], [2, 4, 6], [1, 0, 1]], dtype=dtype)
     _assert_identical(torch.logdet(a.to(dev)), torch.logdet(a))
+
+
+def _spd(n: int = 3) -> torch.Tensor:
+    a = torch.randn(2, n, n, generator=torch.Generator().manual_seed(0))
+    return a @ a.mT + n * torch.eye(n)
+
+
+# LAPACK's results are column-major: eager's kernels return them so, from contiguous operands.
+COLUMN_MAJOR: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "inv": torch.linalg.inv,
+    "cholesky": torch.linalg.cholesky,
+    "solve": lambda a: torch.linalg.solve(a, a[..., :2]),
+    "lu_factor": lambda a: torch.linalg.lu_factor(a).LU,
+    "qr": lambda a: torch.linalg.qr(a).Q,
+    "householder_product": lambda a: torch.linalg.householder_product(a, a[..., 0, :2]),
+    "cholesky_solve": lambda a: torch.cholesky_solve(a[..., :2], a),
+    "triangular_solve": lambda a: torch.triangular_solve(a[..., :2], a).solution,
+}
+
+
+@pytest.mark.parametrize("name", list(COLUMN_MAJOR))
+def test_lapack_results_have_eagers_strides(name: str, dev: torch.device) -> None:
+    a = _spd()
+    fn = COLUMN_MAJOR[name]
+    want, got = fn(a), fn(a.to(dev))
+    assert got.stride() == want.stride() and got.is_contiguous() == want.is_contiguous()
+    storage_order = (got.as_strided((4,), (1,)).cpu(), want.as_strided((4,), (1,)))
+    torch.testing.assert_close(*storage_order, rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        want.view(-1)
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        got.view(-1)
+    torch.testing.assert_close(got.mT.reshape(-1).cpu(), want.mT.reshape(-1), rtol=1e-5, atol=1e-5)

@@ -506,6 +506,16 @@ def _meta_arg(a: Any) -> Any:
     return a
 
 
+# Ops whose kernel lays out its result in another order than row-major even from contiguous
+# operands: LAPACK's factors and solutions (``inv``, ``cholesky``, ``solve``, ``qr``...) are
+# column-major. Found by their meta kernels; their results take eager's strides (``_lowered``).
+KERNEL_LAID_OUT: set[OpOverload] = set()
+
+
+def _outputs(out: Any) -> tuple[Any, ...]:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
 def _compute_meta(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Output metadata from torch's own meta kernels (torch's shape and dtype rules), checked
     against eager's CPU kernel (``_eager_accepts``): empty operands, dtypes and values that only
@@ -520,6 +530,8 @@ def _compute_meta(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any
     accepted, eager_out = _eager_accepts(func, args, kwargs)
     if not accepted:
         return _NO_META
+    if not func.is_view and any(isinstance(o, torch.Tensor) and not o.is_contiguous() for o in _outputs(out)):
+        KERNEL_LAID_OUT.add(func)
     # Where torch's meta kernel and its CPU kernel disagree on a result's type (``pow`` of a
     # bool tensor by a bool; the float32 mean and rstd that ``native_layer_norm``'s meta kernel
     # gives a bfloat16 input, which eager's CPU kernel keeps in bfloat16), eager's kernel is the
@@ -887,6 +899,8 @@ def _lowered(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         return fallback(func, args, kwargs)
     if index_checks.enabled[0]:
         index_checks.note(func, args, kwargs, _node_of)
+    if func in KERNEL_LAID_OUT:
+        return laid_out_result(func, args, kwargs, node)
     for a in args:
         if type(a) is XlaTensor and a._layout is not None:
             return laid_out_result(func, args, kwargs, node)
