@@ -18,7 +18,7 @@ import torch
 
 from . import backend, backward_errors, control_flow, ir, metrics, rng
 from .graph import wait_device_ops
-from .tensor import EMPTY, XlaTensor, fallback, record, torch_device, wrap
+from .tensor import EMPTY, HostStorage, XlaTensor, fallback, record, torch_device, wrap
 
 aten = torch.ops.aten
 
@@ -196,6 +196,25 @@ def _decomposed(op: Any, *args: Any, **kwargs: Any) -> Any:
     return op.decompose(*args, **kwargs)
 
 
+def _restore_on_xla(storage: Any, location: str) -> HostStorage | None:
+    """A loaded storage for ``location`` when it names an xla device (else None: not ours)."""
+    if location != "xla" and not location.startswith("xla:"):
+        return None
+    device = torch.device(location)
+    index = device.index or 0
+    if index >= backend.device_count():
+        raise RuntimeError(
+            f"Attempting to deserialize object on xla device {index} but "
+            f"torch.xla.device_count() is {backend.device_count()}. Please use torch.load with "
+            "map_location to map your storages to an existing device."
+        )
+    out = HostStorage(storage.nbytes())
+    out.copy_(storage)
+    out.xla_device = torch.device("xla", index)
+    out.bases = {}
+    return out
+
+
 @functools.cache
 def install() -> None:
     """Register the xla device with torch (once per process)."""
@@ -241,6 +260,10 @@ def install() -> None:
     aten_lib.impl("_pin_memory", lambda t, device=None: t.clone(), "CPU")
     aten_lib.impl("is_pinned", lambda t, device=None: False, "CPU")
     _libs.extend([fallback_lib, aten_lib])
+    # torch.load(map_location=xla): torch's own restore for a renamed PrivateUse1 device makes a
+    # storage on it with the device's allocator, which xla has none of (the process crashed).
+    # Ahead of it, the bytes stay on the host as a HostStorage that set_ copies to the device.
+    torch.serialization.register_package(19, lambda obj: None, _restore_on_xla)
     # Backward on xla tensors runs on the calling thread, as torch does for its own lazy device:
     # recording is GIL-bound, so autograd's per-device worker threads only add hand-offs, and
     # torch's Python device guard cannot tell the engine about more than one device (backward on

@@ -1207,7 +1207,43 @@ def _set_source(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any])
     return self
 
 
+class HostStorage(torch.UntypedStorage):
+    """A file's bytes bound for an xla device: what ``torch.load(map_location=xla)`` restores a
+    storage as. Its memory is on the host; its ``device`` is the xla one, so torch's rebuild
+    makes an empty xla tensor and ``set_``s it to this storage, which sends the bytes over once
+    (``bases``) and makes the tensor its view there: tensors saved as views of one storage load
+    as views of one xla storage, with eager's strides."""
+
+    xla_device: torch.device
+    bases: dict[torch.dtype, XlaTensor]
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return self.xla_device
+
+
+def _set_host_storage(
+    self: XlaTensor,
+    storage: HostStorage,
+    offset: int | None = None,
+    size: list[int] | None = None,
+    stride: list[int] | None = None,
+) -> XlaTensor:
+    base = storage.bases.get(self.dtype)
+    if base is None:
+        host = torch.empty(0, dtype=self.dtype).set_(storage)  # every element of the storage
+        base = storage.bases[self.dtype] = wrap(to_device_node(host, self._st.device))
+    if size is None:
+        return _set_source(aten.set_.source_Tensor, (self, base), {})
+    if not stride:  # eager's set_ takes an empty stride as the contiguous one
+        stride = [math.prod(size[i + 1 :]) for i in range(len(size))]
+    view = torch.as_strided(base, size, stride, offset)
+    return _set_source(aten.set_.source_Tensor, (self, view), {})
+
+
 def _set_storage(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if isinstance(args[1], HostStorage):
+        return _set_host_storage(args[0], args[1], *args[2:])
     # torch turns b.set_(a, offset, size, stride) into this call with a's storage, which for an
     # xla tensor is no memory to point at.
     raise NotImplementedError(

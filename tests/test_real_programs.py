@@ -1,0 +1,69 @@
+"""Programs users write without xlalab in mind, on the xla device against eager CPU.
+
+Each test is a pattern from ordinary PyTorch code (a checkpoint loaded straight onto the
+device, ...) that went wrong on xla; the result must be eager's, dtype, shape and strides too.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+import xlalab
+
+DEV = torch.device("xla", 0)
+
+
+def _saved(obj: object) -> io.BytesIO:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return buf
+
+
+@pytest.mark.parametrize("map_location", [DEV, "xla", "xla:0", {"cpu": "xla:0"}], ids=str)
+def test_load_cpu_checkpoint_onto_xla(map_location: object) -> None:
+    """``torch.load(path, map_location=xla)`` of a CPU checkpoint (the process crashed: torch
+    made the storage with xla's allocator, which there is none of). Views of one storage stay
+    views of one storage, with eager's strides."""
+    xlalab.device()
+    base = torch.randn(4, 6)
+    saved = {
+        "t": base.t(),
+        "v": base[1:3, 2:],
+        "h": torch.randn(5).half(),
+        "n": torch.tensor(3),
+        "rg": torch.randn(2).requires_grad_(),
+    }
+    loaded = torch.load(_saved(saved), map_location=map_location)
+    for k, e in saved.items():
+        x = loaded[k]
+        assert x.device == DEV, k
+        assert (x.dtype, x.shape, x.stride()) == (e.dtype, e.shape, e.stride()), k
+        assert x.requires_grad == e.requires_grad, k
+        assert torch.equal(x.cpu(), e.detach()), k
+    loaded["t"].mul_(2)  # written through one view, seen through the other, as in eager
+    assert torch.equal(loaded["v"].cpu(), base[1:3, 2:] * 2)
+
+
+def test_load_model_onto_xla_device() -> None:
+    """A whole pickled module and a state dict loaded onto the device, then used."""
+    xlalab.device()
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).eval()
+    x = torch.randn(2, 3)
+    whole = torch.load(_saved(m), map_location=DEV, weights_only=False)
+    assert all(isinstance(p, torch.nn.Parameter) and p.device == DEV for p in whole.parameters())
+    assert whole[1].num_batches_tracked.device == DEV
+    torch.testing.assert_close(whole(x.to(DEV)).cpu(), m(x))
+    fresh = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).to(DEV).eval()
+    fresh.load_state_dict(torch.load(_saved(m.state_dict()), map_location=DEV))
+    torch.testing.assert_close(fresh(x.to(DEV)).cpu(), m(x))
+
+
+def test_load_onto_missing_xla_device_raises() -> None:
+    xlalab.device()
+    with pytest.raises(RuntimeError, match="xla device 7"):
+        torch.load(_saved({"w": torch.ones(2)}), map_location="xla:7")
