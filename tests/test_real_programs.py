@@ -67,3 +67,21 @@ def test_load_onto_missing_xla_device_raises() -> None:
     xlalab.device()
     with pytest.raises(RuntimeError, match="xla device 7"):
         torch.load(_saved({"w": torch.ones(2)}), map_location="xla:7")
+
+
+@pytest.mark.parametrize("memory_format", [None, torch.preserve_format, torch.contiguous_format], ids=str)
+def test_copy_to_cpu_keeps_eager_layout(memory_format: torch.memory_format | None) -> None:
+    """``nn.MultiheadAttention(batch_first=True)`` returns a transposed view; its ``.cpu()`` was
+    row-major where eager's copy keeps the strides (so ``.view(-1)`` on it did not raise)."""
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    q = torch.randn(2, 3, 8)
+    kw = {} if memory_format is None else {"memory_format": memory_format}
+    eager = mha(q, q, q)[0]
+    lazy = mha.to(DEV)(q.to(DEV), q.to(DEV), q.to(DEV))[0].to("cpu", **kw)
+    expected = eager.clone(**kw)
+    assert lazy.stride() == expected.stride()
+    torch.testing.assert_close(lazy, expected)
+    for view in (lambda t: t.permute(2, 0, 1), lambda t: t[:, ::2]):
+        base = torch.randn(4, 6, 5)
+        assert view(base.to(DEV)).to("cpu", **kw).stride() == view(base).clone(**kw).stride()

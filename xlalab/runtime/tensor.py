@@ -1311,6 +1311,10 @@ def _to_copy(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     dtype = kwargs.get("dtype") or src.dtype
     if device is not None and torch.device(device).type != "xla":
         out = to_cpu(src, "cpu")
+        if src._layout is not None:  # eager's copy keeps the source's layout (a transposed view)
+            meta = torch.empty_strided(src.shape, src.stride(), dtype=src.dtype, device="meta")
+            layout = aten._to_copy.default(meta, memory_format=kwargs.get("memory_format"))
+            out = torch.empty_strided(out.shape, layout.stride(), dtype=out.dtype).copy_(out)
         return out.to(dtype=dtype, device=device) if dtype != out.dtype or device != out.device else out
     target = src._st.device if device is None else (torch.device(device).index or 0)
     _check_memory_format(src, kwargs.get("memory_format"))
