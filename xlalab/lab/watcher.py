@@ -1072,7 +1072,13 @@ def _name_of(node: Any, cells: CellMap) -> str | None:
                 if (
                     # A view's base counts too: ``labels = upload.squeeze(1)`` names the upload.
                     isinstance(v, XlaTensor)
-                    and (v._st.node is node or (value is not None and v._st.node.value is value))
+                    and (
+                        v._st.node is node
+                        or (value is not None and v._st.node.value is value)
+                        # a tensor laid out as eager's (a permute view of its storage) reads as
+                        # the node it was made from
+                        or (v._vcache is not None and v._vcache[1] is node)
+                    )
                     and not name.startswith("_")
                 ):
                     return name
