@@ -529,7 +529,7 @@ class Watcher:
         place = None if by_input else site_frame
         key = ("recompile", place, cause.title, cause.where)
         known = self._keyed.get(key)
-        places = self._places.setdefault(known.id if known is not None else len(self.findings) + 1, {})
+        places = dict(self._places.get(known.id, {})) if known is not None else {}
         place_label = self._label(site_frame)
         if ev.source:  # a compiled function's graph: named, for its line is the function's own
             place_label = f"{ev.source} ({place_label})"
@@ -565,6 +565,7 @@ class Watcher:
             hex_hash(ev.graph_hash),
             cause.details,
         )
+        self._places[finding.id] = places
         if by_input:
             # Each input's run of shapes, the same change seen by every graph it reaches once.
             runs = self._input_runs.setdefault(finding.id, {})

@@ -1113,12 +1113,11 @@ def _nextafter(x: Array, other: Array) -> Array:
 
 
 @lowering(aten.ldexp.Tensor, result_dtype=True)
-def _ldexp(x: Array, other: Array | Scalar, result_dtype: Any = None) -> Array:
+def _ldexp(x: Array, other: Array, result_dtype: Any = None) -> Array:
     """``x * 2**other`` as eager's CPU kernel computes it. A float tensor scaled by an integer
     exponent scales exactly (C's ldexp, the exponent taken as an int32 as its cast does:
     ``0.0 * 2**200`` is 0, not NaN); any other pair multiplies by the power rounded to the
     result's type (``2.0**200`` is inf in float32, and an integer 0 times it is NaN)."""
-    other = jnp.asarray(other)  # a 0-d CPU operand arrives baked
     if jnp.issubdtype(x.dtype, jnp.floating) and is_integral(other):
         return jnp.ldexp(x.astype(result_dtype), other.astype(jnp.int64).astype(jnp.int32))
     return x.astype(result_dtype) * _power_of_two(other, result_dtype)
