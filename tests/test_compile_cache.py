@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 import xlalab
 import xlalab.debug.metrics as met
-from xlalab.runtime import graph
+from xlalab.runtime import events, graph
 
 from .conftest import counter
 
@@ -114,7 +115,7 @@ def test_the_in_memory_cache_is_bounded_least_recently_used_first(
     config.set("XLA_COMPILATION_CACHE_SIZE", 2)
     graph.CACHE.clear()
     try:
-        x = {n: torch.ones(n, device=dev) for n in (2, 3, 4)}
+        x = {n: torch.ones(n).to(dev) for n in (2, 3, 4)}  # data: one graph per size
         for n in (2, 3, 2, 4):  # 3 is the least recently used when 4 arrives
             (x[n] * 2).sum().item()
         assert len(graph.CACHE) == 2
@@ -259,3 +260,29 @@ def test_trimming_the_store_skips_programs_another_process_removed(
     monkeypatch.setattr(program_store, "STORE_LIMIT_BYTES", 15)
     program_store._trim(tmp_path)
     assert [p.suffix for p in tmp_path.iterdir()].count(".program") == 1  # 20 bytes were over 15
+
+
+def test_a_read_keeps_the_values_its_graph_computed_on_the_way(
+    dev: torch.device, fresh_metrics: None
+) -> None:
+    """A loop that reads a value each iteration with no step barrier (transformers' generate
+    checking its stopping criteria per token): each read's graph computes the loop's state on
+    its way, and keeps it. Left pending, the state was computed again by every later read, whose
+    graph grew by one iteration each time (and compiled anew)."""
+    state, eager = torch.zeros(4, device=dev), torch.zeros(4)
+    sizes: list[int] = []
+
+    def on_compile(ev: Any) -> None:
+        if isinstance(ev, events.CompileEvent) and not ev.cached:
+            sizes.append(ev.num_nodes)
+
+    unsubscribe = events.subscribe(on_compile)
+    try:
+        for _ in range(6):
+            state, eager = state * 2 + 1, eager * 2 + 1
+            assert state.sum().item() == eager.sum().item()
+    finally:
+        unsubscribe()
+    # The first graph (its state a constant), then one graph for every later iteration.
+    assert counter("UncachedCompile") == len(sizes) <= 2 and max(sizes) <= 5, sizes
+    assert torch.equal(state.cpu(), eager)

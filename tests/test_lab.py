@@ -947,6 +947,7 @@ def test_a_batch_change_dynamo_recompiles_for_folds_the_lazy_graphs_around_it(sh
         "    loss = F.cross_entropy(cmodel(x), y)\n"
         "    loss.backward()\n"
         "    opt.step()\n"
+        "    hits = (cmodel(x).argmax(1) == y).sum()\n"  # the step's lazy graph has the batch's shape
         "    xm.mark_step()"
     )
     assert "xlalab: Recompiled Sequential.forward (once)" in out, out

@@ -1198,6 +1198,29 @@ def materialize_finish(
     return results
 
 
+def _held_on_the_way(nodes: list[Node], device: int, taken: list[Any]) -> list[Any]:
+    """The other pending storages of ``device`` whose values the graph of ``nodes`` computes on
+    its way (a generation loop's cache, a forward's activations before a ``.item()``).
+
+    A read computes them anyway: kept, the graphs after it start from them. Left pending, every
+    later graph computed them again, and a loop that reads a value each iteration with no step
+    barrier (transformers' generate checking its stopping criteria per token) compiled a graph
+    that grew by one iteration each time."""
+    pending = pending_storages(device)
+    if not pending:
+        return []
+    seen: set[int] = set()
+    stack = [n for n in nodes if n.op is not ir.DATA]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        stack.extend(s for s in n.src if s.src)
+    have = {id(st) for st in taken}
+    return [st for st in pending if id(st) not in have and id(st.node) in seen]
+
+
 def materialize_on_devices(
     nodes: Sequence[Node], storages: Sequence[Any], reason: str, forget: Callable[[list[Any]], None]
 ) -> list[Any]:
@@ -1211,6 +1234,9 @@ def materialize_on_devices(
     for dev in sorted(by_device):
         group = [st for st in bases if st.device == dev]
         dev_idx = by_device[dev]
+        held = _held_on_the_way([nodes[i] for i in dev_idx] + [st.node for st in group], dev, group)
+        group += held
+        bases += held
         # Each node once among the roots: reading a pending tensor builds the graph a barrier
         # would (same key, same program), not one with its root listed twice.
         roots = [st.node for st in group]
