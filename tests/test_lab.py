@@ -234,7 +234,10 @@ def test_a_distributions_argument_check_cuts_the_step_and_says_how_to_turn_it_of
     assert "validate_args=False" in out and "set_default_validate_args(False)" in out, out
     assert f"at cell [{cell}], line 9 in step: dist = Normal(" in out, out  # the constructor's checks
     assert f"at cell [{cell}], line 10 in step: loss = -dist.log_prob(" in out, out  # the sample's
-    assert "cut the step" not in shell.ok("for _ in range(3):\n    step(False)")
+    # Without the checks the step is another graph (a true recompile, named at its line): the
+    # words looked for are kept off that line, which the finding quotes.
+    quiet = shell.ok("for _ in range(3):\n    step(False)")
+    assert "cut the step" not in quiet, quiet
 
 
 BERT = """\
@@ -264,6 +267,29 @@ def test_a_transformers_attention_mask_read_says_how_to_avoid_it(shell: Shell) -
     assert "cut the step" in out and "the read is inside transformers/masking_utils.py" in out, out
     assert "attention_mask=None" in out and "expanded to 4-d" in out, out
     assert "cut the step" not in shell.ok(step.format("mask_4d"))
+
+
+def test_generate_is_said_in_one_read_finding_and_one_recompile_with_each_caches_run(shell: Shell) -> None:
+    """transformers' generate reads its stopping check after every token: each token's graphs
+    differ from the last (the sequence and every layer's KV cache grow by one), said once per kind
+    of finding, with the caches that grew alike named together, not once per token."""
+    shell.ok(
+        "import torch, transformers, xlalab\n"
+        "cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,\n"
+        "    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)\n"
+        "torch.manual_seed(0)\n"
+        "llama = transformers.LlamaForCausalLM(cfg).eval()\n"
+        "prompt = torch.randint(0, 64, (1, 5))\n"
+        "want = llama.generate(prompt, max_new_tokens=6, do_sample=False)\n"
+        "llama = llama.to(xlalab.device())"
+    )
+    out = shell.ok("got = llama.generate(prompt.to(xlalab.device()), max_new_tokens=6, do_sample=False)")
+    assert shell.ok("print(torch.equal(got.cpu(), want))").strip() == "True"
+    assert "the read is inside transformers/generation/" in out, out
+    assert out.count("so the rest of the step is another graph") == 1, out
+    assert out.count("xlalab: Recompiled: an input's shape changed") == 1, out
+    # The four KV caches (2 layers, keys and values) ran alike: one run, their names together.
+    assert re.search(r"(input \d+, ){3}input \d+: f32\[1,2,5,8\] → f32\[1,2,6,8\] → \.\.\. → f32\[1,2,9,8\]", out), out
 
 
 def test_an_item_inside_a_step_cuts_it_and_says_where(shell: Shell) -> None:
@@ -870,8 +896,8 @@ def test_two_same_size_inputs_that_change_are_both_named_with_the_lines_that_sen
     count = shell.sh.execution_count - 1
     assert "xlalab: Recompiled: an input's shape changed (once)" in out, out
     message = out.split("(once)\n", 1)[1].splitlines()[0]
-    assert "input_ids: s64[4,16] → s64[4,12]" in message, out
-    assert "attention_mask: s64[4,16] → s64[4,12]" in message, out
+    # The two ran alike: said once, both named.
+    assert message.strip() == "attention_mask, input_ids: s64[4,16] → s64[4,12]", out
     sent = f"was sent to the device at cell [{count}], line"
     assert f"input_ids {sent} 2: input_ids = torch.randint(1, 100, (4, L)).to(dev)" in out, out
     assert f"attention_mask {sent} 3: attention_mask = torch.ones(4, L, dtype=torch.long).to(dev)" in out, out

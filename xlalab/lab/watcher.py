@@ -184,6 +184,14 @@ def _run_said(shapes: list[str]) -> str:
     return " → ".join(shown)
 
 
+def _runs_said(runs: dict[str, list[str]]) -> str:
+    """Inputs' runs of shapes, those that ran alike said once (a model's per-layer caches)."""
+    alike: dict[tuple[str, ...], list[str]] = {}
+    for name, run in runs.items():
+        alike.setdefault(tuple(run), []).append(name)
+    return "; ".join(f"{', '.join(names)}: {_run_said(list(run))}" for run, names in alike.items())
+
+
 def hex_hash(h: int) -> str:
     return f"{h:x}"
 
@@ -566,7 +574,7 @@ class Watcher:
             cause.details,
         )
         self._places[finding.id] = places
-        if by_input:
+        if cause.kind == "input_shape":
             # Each input's run of shapes, the same change seen by every graph it reaches once.
             runs = self._input_runs.setdefault(finding.id, {})
             for name, old, new in cause.inputs:
@@ -575,7 +583,7 @@ class Watcher:
                     run += [old, new] if run[-1] != old else [new]
             # Inputs a compiled graph's backward reads (saved activations) have no name of the user's.
             named = {name: run for name, run in runs.items() if not name.startswith("input ")} or runs
-            finding.message = "; ".join(f"{name}: {_run_said(run)}" for name, run in named.items())
+            finding.message = _runs_said(named)
         else:
             changes = self._changes.setdefault(finding.id, [])
             changes.append(cause.message)
@@ -883,10 +891,14 @@ class Watcher:
             )
         else:
             self.cell_findings.add(f.id)
+        # A loop of reads (generate's stopping check per token) recompiles the rest again and
+        # again, each graph unlike the last: counted in one note, the first and latest change said.
         at = self._label(barrier[0] if barrier else None)
-        note = f"so the rest of the step is another graph: it recompiled at {at} ({cause.title}: "
-        note += f"{cause.message})"
-        f.fold(note)
+        note = f"so the rest of the step is another graph: it recompiled at {at} "
+        seen = self._changes.setdefault((f.id, note), [])
+        seen.append(f"{cause.title}: {cause.message}")
+        times = "" if len(seen) == 1 else f"{len(seen)} times: "
+        f.fold(note + f"({times}{_first_and_last(seen)})", replaces=note)
         return f
 
     def _on_sync(self, ev: events.SyncEvent) -> list[Finding]:
