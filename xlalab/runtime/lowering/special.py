@@ -54,9 +54,7 @@ INPLACE_VIEWS: dict[OpOverload, OpOverload] = {
 def _inplace_view(view: OpOverload) -> rt.Handler:
     def handler(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self = args[0]
-        new = rt._view(view, args, kwargs)
-        torch._C.TensorBase.data.__set__(self, new)  # type: ignore[attr-defined]
-        self._st, self._chain, self._vcache = new._st, new._chain, new._vcache
+        rt.become(self, rt._view(view, args, kwargs))  # its layout too: eager's strides
         rt.metrics.count(rt.info(func).counter)
         return self
 
