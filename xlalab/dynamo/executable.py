@@ -44,6 +44,7 @@ from xlalab.runtime import (
     events,
     graph,
     ir,
+    layouts,
     metrics,
     sharding,
     tensor,
@@ -149,6 +150,9 @@ class _Output:
     # A view of an argument: its strides and storage offset, which AOTAutograd reads to rebuild
     # the alias on the argument (the value computed here is the view's value all the same).
     layout: tuple[tuple[int, ...], int] | None = None
+    # A result eager lays out densely in another order than row-major (``x.permute(...) * 2``,
+    # ``y.t()`` of an intermediate): its strides, which the result takes as lazy mode's does.
+    strides: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -248,19 +252,29 @@ class Variant:
         if self.checks:
             checks.after_run(self.checks, list(outs[-len(self.checks) :]))
         results: list[Any] = []
+        views = False
         for o in self.outputs:
             if o.kind == "root":
-                t = tensor.wrap(ir.data(outs[o.index], o.shape, o.dtype, dev), layout=o.layout)
+                data = ir.data(outs[o.index], o.shape, o.dtype, dev)
+                if o.strides is not None:
+                    t = tensor.laid_out_tensor(data, o.strides)
+                else:
+                    t = tensor.wrap(data, layout=o.layout)
                 results.append(tensor.to_cpu(t, "dynamo_output") if o.cpu else t)
             elif o.kind == "input":
                 results.append(args[o.index])
             elif o.kind == "view":
-                assert o.layout is not None
-                results.append(results[o.index].as_strided(o.shape, *o.layout))
+                results.append(None)  # once the output it views is made (it may come later)
+                views = True
             elif isinstance(o.value, torch.Tensor):
                 results.append(o.value.clone())  # a fresh tensor per call, as eager makes one
             else:
                 results.append(o.value)
+        if views:
+            for i, o in enumerate(self.outputs):
+                if o.kind == "view":
+                    assert o.layout is not None
+                    results[i] = results[o.index].as_strided(o.shape, *o.layout)
         return results
 
 
@@ -420,12 +434,13 @@ def trace(gm: fx.GraphModule, args: Sequence[Any], dev: int, name: str) -> Varia
     outputs: list[_Output] = []
     by_placeholder = {id(p): k for k, p in enumerate(placeholders) if isinstance(p, torch.Tensor)}
     storages = {id(p._st) for p in placeholders if isinstance(p, XlaTensor)}
-    made_here: dict[int, int] = {}  # storage -> the output that is that storage's whole value
+    whole = _whole_outputs(outs, out_metas, storages)
     for i, o in enumerate(outs):
         meta = out_metas[i] if i < len(out_metas) else None
-        base = made_here.get(id(o._st)) if isinstance(o, XlaTensor) and o._chain else None
-        if base is not None and o.dtype == outs[base].dtype:
-            # A view of another output (``return y, y[0]``) stays its view, as eager returns it.
+        base = whole.get(id(o._st)) if isinstance(o, XlaTensor) else None
+        if base is not None and base != i and o.dtype == outs[base].dtype:
+            # A view of another output (``return y, y[0]``, ``return y.t(), y``) stays its view,
+            # as eager returns it.
             within = (tuple(o.stride()), int(o.storage_offset()))
             outputs.append(_Output("view", base, tuple(o.shape), o.dtype, layout=within))
             continue
@@ -436,13 +451,14 @@ def trace(gm: fx.GraphModule, args: Sequence[Any], dev: int, name: str) -> Varia
         ):
             outputs.append(_Output("input", by_placeholder[id(o)]))
         elif isinstance(o, XlaTensor):
-            cpu = isinstance(meta, torch.Tensor) and meta.device.type == "cpu"
+            cpu = _on_cpu(meta)
             view = bool(o._chain) and id(o._st) in storages
             layout = (tuple(o.stride()), int(o.storage_offset())) if view else None
-            outputs.append(_Output("root", len(roots), tuple(o.shape), o.dtype, cpu, layout=layout))
+            strides = None if view else _permuted(o)
+            outputs.append(
+                _Output("root", len(roots), tuple(o.shape), o.dtype, cpu, layout=layout, strides=strides)
+            )
             roots.append(tensor.value(o))
-            if not o._chain and not cpu and id(o._st) not in storages:
-                made_here.setdefault(id(o._st), i)
         else:
             outputs.append(_Output("const", value=o))
     mutations: list[tuple[int, int, tuple[int, ...], torch.dtype]] = []
@@ -459,6 +475,44 @@ def trace(gm: fx.GraphModule, args: Sequence[Any], dev: int, name: str) -> Varia
     variant.checks = made
     variant.draws = draws
     return variant
+
+
+def _on_cpu(meta: Any) -> bool:
+    """Whether torch computes the output on the CPU (its fake value says)."""
+    return isinstance(meta, torch.Tensor) and meta.device.type == "cpu"
+
+
+def _permuted(t: XlaTensor) -> tuple[int, ...] | None:
+    """``t``'s strides when they lay it out densely in another order than row-major (from its
+    storage's start), else None."""
+    strides = tuple(t.stride())
+    if t.storage_offset() or layouts.memory_order(t.shape, strides) is None:
+        return None
+    return strides
+
+
+def _whole_outputs(outs: Sequence[Any], metas: Sequence[Any], inputs: set[int]) -> dict[int, int]:
+    """Per storage the graph made (not an input's), the output holding its whole value: one
+    that is no view if any, else one laid out over all of it (``y.t()`` of ``y``). The
+    program computes that output; the others over the storage are its views, as in eager."""
+    whole: dict[int, int] = {}
+    for i, o in enumerate(outs):
+        if type(o) is not XlaTensor or id(o._st) in inputs or _on_cpu(metas[i] if i < len(metas) else None):
+            continue
+        key = id(o._st)
+        if not o._chain:
+            if key not in whole or outs[whole[key]]._chain:
+                whole[key] = i
+        elif key not in whole and _permuted(o) is not None and o.numel() == _numel(o._st.node.shape):
+            whole[key] = i
+    return whole
+
+
+def _numel(shape: Any) -> int:
+    n = 1
+    for s in shape or ():
+        n *= int(s)
+    return n
 
 
 def _compile(

@@ -852,9 +852,9 @@ def laid_out_result(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, A
     if per_output is None:
         return wrap_result(node)
     if node.outs is None:
-        return _laid_out_tensor(node, per_output[0])
+        return laid_out_tensor(node, per_output[0])
     return tuple(
-        None if o is None else _laid_out_tensor(ir.item(node, i), per_output[i])
+        None if o is None else laid_out_tensor(ir.item(node, i), per_output[i])
         for i, o in enumerate(node.outs)
     )
 
@@ -866,7 +866,7 @@ def _meta_operand(a: Any) -> Any:
     return _meta_arg(a)
 
 
-def _laid_out_tensor(node: Node, strides: tuple[int, ...] | None) -> XlaTensor:
+def laid_out_tensor(node: Node, strides: tuple[int, ...] | None) -> XlaTensor:
     """A tensor holding ``node`` whose storage keeps its elements in the order ``strides`` give
     (a permutation of ``node``'s dims): a permute view of that storage, so that views,
     ``as_strided`` and dtype views address its elements as eager's do."""
@@ -1632,7 +1632,7 @@ def fallback(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
                 if o is hx:
                     return x  # an in-place op returned its (already updated) input
             # laid out as eager's result is (``nonzero``'s is column-major)
-            return _laid_out_tensor(to_device_node(o, device), o.stride())
+            return laid_out_tensor(to_device_node(o, device), o.stride())
         if isinstance(o, (list, tuple)):
             return type(o)(back(x) for x in o)
         return o
