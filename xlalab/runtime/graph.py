@@ -293,9 +293,10 @@ def _ask_eager_about_numbers(
     named = dict(ktpl)
 
     def call(scalars: list[float], make: Callable[[Sequence[int], torch.dtype], torch.Tensor]) -> Any:
-        # A 0-d tensor (of the CPU or the device) is asked about as a 0-d CPU tensor of its dtype.
+        # A 0-d tensor (of the CPU or the device) is asked about as a 0-d CPU tensor of its dtype,
+        # an integer one as float32 (which promotes as it does, and holds the probe's numbers).
         given = {
-            i: v if _is_number(n.src[i]) else torch.tensor(v, dtype=n.src[i].dtype)
+            i: v if _is_number(n.src[i]) else torch.tensor(v, dtype=_probe_dtype(n.src[i].dtype))
             for i, v in zip(weak, scalars)
         }
         shapes = [_PROBE_SHAPE if s.shape else () for s in n.src]
@@ -315,6 +316,10 @@ def _ask_eager_about_numbers(
         return promotion.scalars_seen_rounded(call, len(weak) + len(spots), half)
 
 
+def _probe_dtype(dtype: torch.dtype | None) -> torch.dtype:
+    return dtype if dtype is not None and dtype.is_floating_point else torch.float32
+
+
 def _scope_name(n: Node) -> str:
     name = n.name.replace("::", "__")
     if n.frames and config.get("XLA_HLO_DEBUG"):
@@ -324,7 +329,13 @@ def _scope_name(n: Node) -> str:
 
 
 Promotion = tuple[
-    torch.dtype, tuple[int, ...], tuple[str, ...], torch.dtype | None, torch.dtype | None, frozenset[Any]
+    torch.dtype,
+    tuple[int, ...],
+    tuple[str, ...],
+    torch.dtype | None,
+    torch.dtype | None,
+    frozenset[Any],
+    frozenset[Any],
 ]
 
 
@@ -364,20 +375,24 @@ def _promotion(n: Node) -> Promotion | None:
         return None
     half = promotion.half_type(cd, operands)
     via = promotion.half_common_dtype(cd, operands)
-    return cd, rule.positions, rule.names, via, half, _integers_seen_rounded(n, rule, half)
+    return cd, rule.positions, rule.names, via, half, *_integers_seen_rounded(n, rule, half)
 
 
-def _integers_seen_rounded(n: Node, rule: promotion.Rule, half: torch.dtype | None) -> frozenset[Any]:
+def _integers_seen_rounded(
+    n: Node, rule: promotion.Rule, half: torch.dtype | None
+) -> tuple[frozenset[Any], frozenset[Any]]:
     """The positions (or names) of the integer numbers (Python ints, 0-d integer CPU tensors) of a
     half-type op that eager's kernel rounds to the half type before computing in float32
     (``float16 + 2049`` adds 2048), where that rounding changes them. Kernels differ as for
     float numbers (``_scalar_casts``); eager is asked once per op, layout and number.
 
-    A 0-d float tensor of the device, of a wider type than the half type, is asked about too:
-    eager's CPU kernel sees it as it sees a 0-d CPU tensor (``float16 + tensor(1.1)`` adds
-    float16's 1.0996, ``float16 * tensor(1.1)`` multiplies by float32's 1.1)."""
+    A 0-d tensor of the device, of a wider type than the half type, is asked about too: eager's
+    CPU kernel sees it as it sees a 0-d CPU tensor (``float16 + tensor(1.1)`` adds float16's
+    1.0996, ``float16 * tensor(1.1)`` multiplies by float32's 1.1, and ``float16 *
+    tensor(2**40)`` by float32's 2**40, not float16's inf). Returned second: those of them that
+    eager reads unrounded (an integer tensor then skips the half type that integer tensors take)."""
     if half is None:
-        return frozenset()
+        return frozenset(), frozenset()
     tpl, ktpl = n.arg
     kwargs = dict(ktpl)
     spots: list[Any] = []
@@ -391,21 +406,25 @@ def _integers_seen_rounded(n: Node, rule: promotion.Rule, half: torch.dtype | No
         elif type(a) is ir.Slot and _wider_zero_dim(n.src[a.i], half):
             zero_dims.append((spot, a.i))
     if not spots and not zero_dims:
-        return frozenset()
+        return frozenset(), frozenset()
     key = (_probe_key(n), half)
     seen = _INTEGERS_SEEN_ROUNDED.get(key)
     if seen is None:
         asked = _ask_eager_about_numbers(n, half, weak=[i for _, i in zero_dims], spots=spots)
-        seen = _INTEGERS_SEEN_ROUNDED[key] = frozenset(
-            spot for spot, r in zip([spot for spot, _ in zero_dims] + spots, asked) if r
+        probed = [spot for spot, _ in zero_dims] + spots
+        seen = _INTEGERS_SEEN_ROUNDED[key] = (
+            frozenset(spot for spot, r in zip(probed, asked) if r),
+            frozenset(spot for spot, r in zip(probed[: len(zero_dims)], asked) if not r),
         )
     return seen
 
 
 def _wider_zero_dim(s: Node, half: torch.dtype) -> bool:
-    """A 0-d float tensor of the device (not a scalar input) of another type than ``half``."""
-    floating = s.dtype is not None and s.dtype.is_floating_point
-    return s.op is not ir.SCALAR and not s.shape and floating and s.dtype != half
+    """A 0-d tensor of the device (not a scalar input) of another type than ``half`` that may hold
+    numbers ``half`` does not: a float one, or an integer one wider than 8 bits."""
+    if s.op is ir.SCALAR or s.shape or s.dtype is None or s.dtype == half:
+        return False
+    return s.dtype.is_floating_point or (s.dtype.itemsize > 1 and not s.dtype.is_complex)
 
 
 def _is_number(s: Node) -> bool:
@@ -414,7 +433,7 @@ def _is_number(s: Node) -> bool:
 
 
 _ABSENT = object()
-_INTEGERS_SEEN_ROUNDED: dict[Any, frozenset[Any]] = {}
+_INTEGERS_SEEN_ROUNDED: dict[Any, tuple[frozenset[Any], frozenset[Any]]] = {}
 
 
 def _promoted(v: Any, dtype: torch.dtype, via: torch.dtype | None = None, seen_rounded: bool = False) -> Any:
@@ -439,14 +458,19 @@ def _promoted(v: Any, dtype: torch.dtype, via: torch.dtype | None = None, seen_r
 
 
 def _rounded_via(
-    a: Any, spot: Any, via: torch.dtype | None, half: torch.dtype | None, rounded: frozenset[Any]
+    a: Any,
+    spot: Any,
+    via: torch.dtype | None,
+    half: torch.dtype | None,
+    rounded: frozenset[Any],
+    kept: frozenset[Any],
 ) -> torch.dtype | None:
-    """The half type an argument passes through: integer tensors always take the op's half
-    common dtype, integer numbers and 0-d float tensors only where eager's kernel rounds them
-    (``rounded``)."""
+    """The half type an argument passes through: integer tensors take the op's half common dtype
+    (but a 0-d one of the device that eager's kernel reads unrounded, ``kept``), integer numbers
+    and 0-d float tensors only where eager's kernel rounds them (``rounded``)."""
     if spot in rounded:
         return half
-    if type(a) is int:
+    if type(a) is int or spot in kept:
         return None
     return via
 
@@ -515,15 +539,16 @@ def lower_node(instr: tuple[Any, ...], vals: list[Any]) -> Any:
     args = [_subst(a, vals, typed=typed) for a in tpl]
     kwargs = {k: _subst(v, vals, typed=typed) for k, v in ktpl}
     if promote is not None:
-        cd, positions, names, via, half, rounded = promote
+        cd, positions, names, via, half, rounded, kept = promote
         for p in positions:
             if p < len(args):
                 a = args[p]
-                args[p] = _promoted(a, cd, _rounded_via(a, p, via, half, rounded), p in rounded)
+                args[p] = _promoted(a, cd, _rounded_via(a, p, via, half, rounded, kept), p in rounded)
         for name in names:
             if name in kwargs:
                 a = kwargs[name]
-                kwargs[name] = _promoted(a, cd, _rounded_via(a, name, via, half, rounded), name in rounded)
+                through = _rounded_via(a, name, via, half, rounded, kept)
+                kwargs[name] = _promoted(a, cd, through, name in rounded)
     if op in RESULT_DTYPE and outs is None:
         kwargs["result_dtype"] = to_jnp(dtype)
     rng = kwargs.pop("__rng__", None)
