@@ -2,7 +2,8 @@
 infinities, integers a half type cannot hold): the same dtype and the same bits.
 
 Classes: a half-type op with a 0-d integer tensor of the device (eager's kernel reads some as
-float32 numbers).
+float32 numbers), complex arithmetic with numbers (products XLA would fold), and ``add``/``sub``
+whose number or ``alpha`` makes a zero XLA would fold away.
 """
 
 from __future__ import annotations
@@ -70,3 +71,67 @@ def test_half_op_with_integer_zero_dim_tensor_of_the_device(
         if not torch.iinfo(itype).min <= value <= torch.iinfo(itype).max:
             continue
         _assert_same_bits(op, dev, x, torch.tensor(value, dtype=itype))
+
+
+_COMPLEX_VALUES = [
+    complex(-0.0, -0.0),
+    complex(0.0, -0.0),
+    complex(NAN, NAN),
+    complex(NAN, 1.0),
+    complex(1.0, INF),
+    complex(INF, 0.0),
+    complex(-0.0, 1.0),
+    complex(2.5, -1.5),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("number", [1, True, -1, 2, 1.0, 1 + 0j, 1j, -0.0])
+@pytest.mark.parametrize(
+    "op",
+    [torch.mul, lambda x, s: s * x, torch.add, lambda x, s: s + x, torch.sub, lambda x, s: s - x],
+    ids=["mul", "rmul", "add", "radd", "sub", "rsub"],
+)
+def test_complex_arithmetic_with_a_number(
+    dev: torch.device, dtype: torch.dtype, number: Any, op: Callable[..., torch.Tensor]
+) -> None:
+    """Eager computes a complex tensor with a number as a complex product or sum in full: ``(1+infj)
+    * 1`` is ``nan+infj`` (XLA folds a product by a constant ``1+0j`` away), and ``(-0-0j) + (-1)``
+    is ``-1+0j`` (XLA folds ``1 * 0 + v`` into ``v``, which keeps -0.0)."""
+    _assert_same_bits(op, dev, torch.tensor(_COMPLEX_VALUES, dtype=dtype), number)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.float32])
+def test_complex_product_with_a_zero_dim_tensor(dev: torch.device, dtype: torch.dtype) -> None:
+    """So does a product with a 0-d complex tensor, of the device or the CPU."""
+    x = torch.tensor(_COMPLEX_VALUES, dtype=torch.complex64)
+    if not dtype.is_complex:
+        x = torch.tensor([-0.0, 0.0, NAN, INF, 1.5])
+    one = torch.tensor(1 + 0j)
+    _assert_same_bits(torch.mul, dev, x, one)
+    _assert_same_bits(lambda x, z: z * x, dev, x, one)
+    _assert_same_bits(lambda x: x * one, dev, x)  # a 0-d CPU tensor with a device tensor
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda x, y: torch.sub(x, y, alpha=0),
+        lambda x, y: torch.rsub(x, y, alpha=0),
+        lambda x, y: torch.sub(x, 3, alpha=0),
+        lambda x, y: torch.add(x, 3, alpha=0),
+        lambda x, y: torch.add(x, y, alpha=0),
+        lambda x, y: torch.rsub(x, 0, alpha=0),
+    ],
+    ids=["sub", "rsub", "sub_number", "add_number", "add", "rsub_zero"],
+)
+def test_add_and_sub_with_an_integer_zero_alpha(
+    dev: torch.device, dtype: torch.dtype, op: Callable[..., torch.Tensor]
+) -> None:
+    """``sub`` is eager's ``add`` of ``-alpha``; an integer 0 negated stays +0, so ``-0.0 - y * 0``
+    is ``-0.0 + y * 0``: -0.0 for a negative zero ``y``. And ``-0.0 + 3 * 0`` is 0.0, where XLA
+    would fold the number's zero product away."""
+    x = torch.tensor([-0.0, 0.0, 1.0, INF, NAN, -0.0], dtype=dtype)
+    y = torch.tensor([-0.0, 0.0, 2.0, 1.0, -0.0, 0.0], dtype=dtype)
+    _assert_same_bits(op, dev, x, y)

@@ -122,18 +122,28 @@ def _complex_scaled(y: Array | Scalar, alpha: Scalar, dtype: Any, negate: bool =
     a complex product even where ``alpha`` is 1, ``(ar*yr - ai*yi) + (ar*yi + ai*yr)j``, so an
     infinite or NaN part of ``y`` makes the other part NaN (``(1+1j) + inf`` is ``inf+nanj``).
     A real ``alpha``'s zero imaginary part goes through an optimization barrier: XLA would
-    otherwise fold ``yi * 0`` away with the multiply by ``1 + 0j``."""
+    otherwise fold ``yi * 0`` away with the multiply by ``1 + 0j``. So does a number ``y``
+    (``x + (-1)``): XLA folds its constant parts' products (``1 * 0``) and then ``0 + v`` into
+    ``v``, which turns a +0.0 imaginary part into -0.0."""
     if isinstance(alpha, jax.Array) and jnp.iscomplexobj(alpha):
         # a float graph input cast to the op's type: its 0j must stay +0j once negated
         alpha = jnp.real(alpha)
     if negate:
         alpha = -alpha
-    y = jnp.asarray(y, dtype)
     a = jnp.asarray(alpha, dtype)
     ar, ai = jnp.real(a), jnp.imag(a)
     if not isinstance(alpha, complex):
         ai = lax.optimization_barrier(ai)
+    return _complex_product(ar, ai, jnp.asarray(y, dtype))
+
+
+def _complex_product(ar: Array, ai: Array, y: Array) -> Array:
+    """``(ar + ai j) * y`` as eager's complex kernels compute it, ``(ar*yr - ai*yi) + (ar*yi +
+    ai*yr)j``. A 0-d ``y``'s parts (a number's) go through an optimization barrier: XLA folds
+    products of constants (``1 * 0``), then ``0 + v`` into ``v``."""
     yr, yi = jnp.real(y), jnp.imag(y)
+    if y.ndim == 0:
+        yr, yi = lax.optimization_barrier((yr, yi))
     return lax.complex(ar * yr - ai * yi, ar * yi + ai * yr)
 
 
@@ -141,25 +151,32 @@ def _complex_scaled(y: Array | Scalar, alpha: Scalar, dtype: Any, negate: bool =
 def _add(x: Array, other: Array | Scalar, alpha: Scalar = 1) -> Array:
     if _is_complex(x, other):
         return x + _complex_scaled(other, alpha, _complex_type(x, other))
-    if is_number(other, 0) and isinstance(x, jax.Array):
-        return plus_zero(x)  # XLA folds x + 0 to x
-    if is_number(x, 0) and isinstance(other, jax.Array):
-        return plus_zero(scaled(other, alpha))  # and 0 + y to y (torch.add(0, y))
-    return x + scaled(other, alpha)
+    y = scaled(other, alpha)
+    if is_number(y, 0) and isinstance(x, jax.Array):
+        return plus_zero(x)  # XLA folds x + 0 to x (and x + 3 * 0, a number)
+    if is_number(x, 0) and isinstance(y, jax.Array):
+        return plus_zero(y)  # and 0 + y to y (torch.add(0, y))
+    return x + y
 
 
 @lowering(aten.sub.Tensor, aten.sub.Scalar)
 def _sub(x: Array, other: Array | Scalar, alpha: Scalar = 1) -> Array:
     if _is_complex(x, other):
         return x + _complex_scaled(other, alpha, _complex_type(x, other), negate=True)
-    return x - scaled(other, alpha)
+    return _add(x, other, 0) if _is_integer_zero(alpha) else x - scaled(other, alpha)
 
 
 @lowering(aten.rsub.Tensor, aten.rsub.Scalar)
 def _rsub(x: Array, other: Array | Scalar, alpha: Scalar = 1) -> Array:
     if _is_complex(x, other):
         return other + _complex_scaled(x, alpha, _complex_type(x, other), negate=True)
-    return other - scaled(x, alpha)
+    return _add(other, x, 0) if _is_integer_zero(alpha) else other - scaled(x, alpha)
+
+
+def _is_integer_zero(alpha: Scalar) -> bool:
+    """An ``alpha`` of integer 0 (or False): eager's ``sub`` is an ``add`` of ``-alpha``, which
+    stays +0, so ``-0.0 - y * 0`` is ``-0.0 + y * 0`` (-0.0 for a positive ``y``), not 0.0."""
+    return type(alpha) in (int, bool) and alpha == 0
 
 
 def _wrapping_square_operand(x: Any) -> Any:
@@ -178,6 +195,14 @@ def _mul(x: Array, other: Array | Scalar) -> Array:
         # XLA folds an integer x * 0 into a constant 0, which then folds x + 0 away downstream
         # (see ``factories.filled``): the zero it multiplies by is opaque.
         other = lax.optimization_barrier(jnp.zeros((), x.dtype))
+    if _is_complex(x, other) and 0 in (jnp.ndim(x), jnp.ndim(other)):
+        # A complex product with a number: XLA folds one by a constant ``1 + 0j`` into the other
+        # factor, where eager's product makes an infinite or NaN part's partner NaN
+        # (``(1+infj) * 1`` is ``nan+infj``).
+        dtype = _complex_type(x, other)
+        big, small = (x, other) if jnp.ndim(other) == 0 else (other, x)
+        big = jnp.asarray(big, dtype)
+        return _complex_product(jnp.real(big), jnp.imag(big), jnp.asarray(small, dtype))
     return x * (_wrapping_square_operand(other) if other is x else other)
 
 
