@@ -709,7 +709,9 @@ def _cpu_zeros(a: Any, shrink: bool, fill: int = 0, floats: bool = False) -> Any
     tp = type(a)
     if tp is XlaTensor or tp is Node:
         shape = [min(int(n), 1) for n in a.shape] if shrink else list(a.shape)
-        dtype = torch.float32 if floats and not a.dtype.is_floating_point else a.dtype
+        # (CUDA's rules take integer types, not bool: bool stays for eager's kernel to refuse)
+        integer = not a.dtype.is_floating_point and a.dtype is not torch.bool
+        dtype = torch.float32 if floats and integer else a.dtype
         return torch.full(shape, fill, dtype=dtype)
     if tp is list or tp is tuple:
         return type(a)(_cpu_zeros(x, shrink, fill, floats) for x in a)
@@ -947,10 +949,30 @@ def _check_inplace(func: OpOverload, self: XlaTensor, node: Node) -> None:
         )
 
 
+# c10's ScalarType names, which eager's messages use ("result type Float can't be cast to the
+# desired output type Byte").
+_SCALAR_TYPE_NAMES = {
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.int16: "Short",
+    torch.int32: "Int",
+    torch.int64: "Long",
+    torch.uint16: "UInt16",
+    torch.uint32: "UInt32",
+    torch.uint64: "UInt64",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.complex32: "ComplexHalf",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+    torch.bool: "Bool",
+}
+
+
 def _tname(d: Any) -> str:
-    return {torch.float32: "Float", torch.int64: "Long", torch.float64: "Double", torch.bool: "Bool"}.get(
-        d, str(d)
-    )
+    return _SCALAR_TYPE_NAMES.get(d, str(d))
 
 
 def become(t: XlaTensor, other: XlaTensor) -> None:
