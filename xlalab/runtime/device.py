@@ -18,6 +18,7 @@ import torch
 
 from . import backend, backward_errors, control_flow, ir, metrics, rng
 from .graph import wait_device_ops
+from .lowering import attention
 from .tensor import EMPTY, HostStorage, XlaTensor, fallback, record, torch_device, wrap
 
 aten = torch.ops.aten
@@ -254,6 +255,9 @@ def install() -> None:
     for name in _WHOLE_BACKWARD_OPS:
         op = getattr(aten, name).default
         aten_lib.impl(name, functools.partial(_decomposed, op), "PrivateUse1")
+    # Attention: the kernel eager's CPU would pick (its flash kernel, mostly), where torch would
+    # give another device only its math path (lowering/attention.py says what differs).
+    aten_lib.impl("scaled_dot_product_attention", attention.route, "AutogradPrivateUse1")
     # Pinned host memory: once xla is torch's accelerator, ``pin_memory()`` (a DataLoader with
     # pin_memory=True) asks it for a pinned allocator. JAX copies from any host buffer, so a
     # pinned copy is a plain copy and nothing is ever pinned (this torch build has no CUDA).
