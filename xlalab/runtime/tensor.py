@@ -244,6 +244,7 @@ def wrap(
     st: Storage | None = None,
     chain: tuple[Any, ...] = (),
     layout: tuple[tuple[int, ...], int] | None = None,
+    inference: bool | None = None,
 ) -> XlaTensor:
     """A new tensor object for ``node`` (a new storage unless one is given).
 
@@ -251,31 +252,44 @@ def wrap(
     transposed view is not contiguous): a value's storage here has no physical layout, but
     ``contiguous()``, ``reshape()`` and ``is_contiguous()`` decide between an alias and a copy
     from these strides, exactly as in eager. Without it the tensor is contiguous.
+
+    ``inference`` says whether the tensor is an inference tensor; by default it is one inside
+    ``torch.inference_mode()``, as a new tensor is. A view passes its base's: eager's view of a
+    normal tensor is a normal tensor inside inference mode too (autograd then shares the base's
+    version counter with it, which an inference tensor has none of), and the view of an
+    inference tensor is one outside it.
     """
     if st is None:
         st = Storage(node, node.device)
-    if layout is None:
-        t = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
-            XlaTensor,
-            node.shape,  # type: ignore[arg-type]
-            dtype=node.dtype,
-            device=torch_device(node.device),
-        )
+    if inference is not None and inference != torch.is_inference_mode_enabled():
+        with torch.inference_mode(inference):
+            t = _wrapper(node, layout)
     else:
-        t = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
-            XlaTensor,
-            node.shape,  # type: ignore[arg-type]
-            strides=layout[0],
-            storage_offset=layout[1],
-            dtype=node.dtype,
-            device=torch_device(node.device),
-        )
+        t = _wrapper(node, layout)
     t._st = st
     if chain:
         t._chain = chain
     if layout is not None:
         t._layout = layout
     return t
+
+
+def _wrapper(node: Node, layout: tuple[tuple[int, ...], int] | None) -> XlaTensor:
+    if layout is None:
+        return torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined,no-any-return]
+            XlaTensor,
+            node.shape,  # type: ignore[arg-type]
+            dtype=node.dtype,
+            device=torch_device(node.device),
+        )
+    return torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined,no-any-return]
+        XlaTensor,
+        node.shape,  # type: ignore[arg-type]
+        strides=layout[0],
+        storage_offset=layout[1],
+        dtype=node.dtype,
+        device=torch_device(node.device),
+    )
 
 
 def value(t: XlaTensor) -> Node:
@@ -977,7 +991,12 @@ def _tname(d: Any) -> str:
 
 def become(t: XlaTensor, other: XlaTensor) -> None:
     """``t`` (the same Python object) takes ``other``'s shape, storage, view chain and layout:
-    an out= tensor resized, ``set_``."""
+    an out= tensor resized, ``set_``, an in-place view (``t_()``). ``t`` stays an inference
+    tensor or a normal one, as in eager (re-pointing it would take ``other``'s kind)."""
+    if other.is_inference() != t.is_inference():
+        alias = wrap(value(other), other._st, other._chain, other._layout, t.is_inference())
+        alias._vcache = other._vcache
+        other = alias
     torch._C.TensorBase.data.__set__(t, other)  # type: ignore[attr-defined]
     t._st, t._chain, t._vcache, t._layout = other._st, other._chain, other._vcache, other._layout
 
@@ -1096,7 +1115,9 @@ def _view(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     elif func is aten.view.default and layout is not None and not FUNCTIONAL[0]:
         _check_view_strides(parent, layout, tpl)
     node = _view_node(func, parent, tpl, layout)  # counted as xla::<op> where it is recorded
-    t = wrap(node, base._st, (*chain, (func, tpl)), _view_layout(func, parent, layout, tpl))
+    # A dtype view is a new tensor in eager (its inference-ness is the mode's), others inherit.
+    inference = None if func is aten.view.dtype else base.is_inference()
+    t = wrap(node, base._st, (*chain, (func, tpl)), _view_layout(func, parent, layout, tpl), inference)
     t._vcache = (base._st.node, node)
     return t
 
@@ -1209,7 +1230,7 @@ def _split_views(base: XlaTensor, split_size: Any, dim: int = 0) -> list[tuple[O
 def _alias(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """detach/alias: a new tensor object over the same storage and view chain."""
     src = args[0]
-    t = wrap(value(src), src._st, src._chain, src._layout)
+    t = wrap(value(src), src._st, src._chain, src._layout, src.is_inference())
     t._vcache = src._vcache
     metrics.count(info(func).counter)
     return t

@@ -91,8 +91,7 @@ def _resize_(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     else:
         kept = rt._view(aten.as_strided.default, (self, (max(stored - offset, 0),), (1,), offset), {})
         new = torch.cat([kept.detach(), kept.new_zeros(n - kept.numel())]).reshape(size)
-    torch._C.TensorBase.data.__set__(self, new)  # type: ignore[attr-defined]
-    self._st, self._chain, self._vcache, self._layout = new._st, new._chain, new._vcache, new._layout
+    rt.become(self, new)
     rt.metrics.count(rt.info(func).counter)
     return self
 
