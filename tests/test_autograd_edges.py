@@ -100,3 +100,57 @@ def test_an_inplace_view_takes_eagers_layout(dev: torch.device) -> None:
         with pytest.raises(RuntimeError, match="view size is not compatible"):
             x.view(6)
         assert x.reshape(6).cpu().tolist() == [0, 3, 1, 4, 2, 5]
+
+
+def _raise(*args: object) -> None:
+    raise KeyError("from the hook")
+
+
+def _interrupt(*args: object) -> None:
+    raise KeyboardInterrupt
+
+
+# Python hooks autograd's engine calls, each raising (or returning what is no gradient).
+HOOKS: dict[str, Callable[[torch.Tensor], object]] = {
+    "tensor": lambda x: (y := x * 2, y.register_hook(_raise), y.sum().backward()),
+    "leaf": lambda x: (x.register_hook(_raise), (x * 2).sum().backward()),
+    "autograd.grad": lambda x: (y := x * 2, y.register_hook(_raise), torch.autograd.grad(y.sum(), x)),
+    "retain_grad": lambda x: (y := x * 2, y.retain_grad(), y.register_hook(_raise), y.sum().backward()),
+    "not a tensor": lambda x: (y := x * 2, y.register_hook(lambda g: "grad"), y.sum().backward()),
+    "interrupt": lambda x: (y := x * 2, y.register_hook(_interrupt), y.sum().backward()),
+    "post accumulate": lambda x: (x.register_post_accumulate_grad_hook(_raise), (x * 2).sum().backward()),
+    "multi grad": lambda x: (
+        torch.autograd.graph.register_multi_grad_hook((x,), _raise),
+        (x * 2).sum().backward(),
+    ),
+    "module backward": lambda x: (
+        m := torch.nn.Linear(3, 2).to(x.device),
+        m.register_full_backward_hook(_raise),
+        m(x).sum().backward(),
+    ),
+    "module backward pre": lambda x: (
+        m := torch.nn.Linear(3, 2).to(x.device),
+        m.register_full_backward_pre_hook(_raise),
+        m(x).sum().backward(),
+    ),
+}
+
+
+def _hook_error(
+    run: Callable[[torch.Tensor], object], dev: torch.device | str
+) -> tuple[str, str, list[float]]:
+    x = torch.tensor([1.0, 2.0, 3.0], device=dev, requires_grad=True)
+    with pytest.raises(BaseException) as e:
+        run(x)
+    # The next backward runs as usual: nothing of the failed one is left over.
+    z = torch.tensor([1.0, 2.0], device=dev, requires_grad=True)
+    (z * 3).sum().backward()
+    assert z.grad is not None
+    return type(e.value).__name__, str(e.value), z.grad.cpu().tolist()
+
+
+@pytest.mark.parametrize("case", list(HOOKS))
+def test_a_hook_raising_in_backward_raises_as_in_eager(case: str, dev: torch.device) -> None:
+    # The process aborted ("terminate called without an active exception"): torch leaves the
+    # hook's Python error set while the engine unwinds, past the xla device's Python guard.
+    assert _hook_error(HOOKS[case], dev) == _hook_error(HOOKS[case], "cpu")

@@ -6,11 +6,18 @@ flight): the user gets a ``SystemError`` or, worse, the process aborts and a not
 dies. So inside the engine a failing op does not raise: it returns failed values (reading one
 raises the error) and the error is kept; when the engine returns, ``backward()`` raises it, at
 the user's line, with the op's own message. Outside backward nothing changes.
+
+Python hooks the engine calls are guarded the same way (``guarded``): a tensor's hooks, its
+post-accumulate-grad hooks and the hooks of a custom Function's node (a module's full backward
+hooks are these). An exception from one on xla gradients, ``KeyboardInterrupt`` included, is
+kept and the gradients pass on unchanged.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -55,6 +62,45 @@ def defer_fake(error: BaseException, func: Any, args: tuple[Any, ...]) -> Any:
     return outs[0] if n == 1 else tuple(outs)
 
 
+def _on_xla(args: tuple[Any, ...]) -> bool:
+    for a in args:
+        for t in a if isinstance(a, (tuple, list)) else (a,):
+            if isinstance(t, torch.Tensor) and t.device.type == "xla":
+                return True
+    return False
+
+
+def guarded(hook: Callable[..., Any], returns_grad: bool = False) -> Callable[..., Any]:
+    """``hook`` as autograd's engine calls it on xla gradients: what it raises is kept for the end
+    of backward and the gradients pass on unchanged. torch leaves a hook's Python error set while
+    the engine unwinds, and the xla device's Python guard, called on the way, then aborted the
+    process ("terminate called without an active exception"). So does a hook's result that is
+    no tensor where it ``returns_grad`` (a tensor's hook), checked here with eager's message."""
+
+    @functools.wraps(hook)  # the engine's messages name the hook
+    def run(*args: Any) -> Any:
+        try:
+            result = hook(*args)
+        except BaseException as e:
+            if torch._C._current_autograd_node() is None or not _on_xla(args):
+                raise
+            _pending().append(e)
+            return None
+        if returns_grad and not (result is None or isinstance(result, torch.Tensor)) and _on_xla(args):
+            _pending().append(TypeError(f"expected Variable, but hook returned '{type(result).__name__}'"))
+            return None
+        return result
+
+    return run
+
+
+def _function_node_hook(register: Callable[..., Any]) -> Callable[..., Any]:
+    def register_guarded(node: Any, hook: Callable[..., Any]) -> Any:
+        return register(node, guarded(hook))
+
+    return register_guarded
+
+
 def _raise_kept(cause: BaseException | None = None) -> None:
     errors = _pending()
     if errors:
@@ -79,6 +125,10 @@ _run_backward = torch.autograd.graph._engine_run_backward
 
 def install() -> None:
     """Route backward() through ``_engine_run_backward`` above (once)."""
+    node = torch.autograd.function.BackwardCFunction
+    if "register_hook" not in vars(node):  # a custom Function's node; generated ones are C types
+        node.register_hook = _function_node_hook(torch._C._FunctionBase.register_hook)  # type: ignore[method-assign]
+        node.register_prehook = _function_node_hook(torch._C._FunctionBase.register_prehook)  # type: ignore[method-assign]
     if torch.autograd._engine_run_backward is not _engine_run_backward:  # type: ignore[attr-defined]
         torch.autograd._engine_run_backward = _engine_run_backward  # type: ignore[attr-defined]
         torch.autograd.graph._engine_run_backward = _engine_run_backward

@@ -73,6 +73,13 @@ class XlaTensor(torch.Tensor):
 
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
+    # What a hook raises in backward is kept for its end: in flight, it aborted the process.
+    def register_hook(self, hook: Callable[[torch.Tensor], torch.Tensor | None]) -> Any:
+        return super().register_hook(backward_errors.guarded(hook, returns_grad=True))
+
+    def register_post_accumulate_grad_hook(self, hook: Callable[[torch.Tensor], None]) -> Any:
+        return super().register_post_accumulate_grad_hook(backward_errors.guarded(hook))
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # type: ignore[override]
         handler = _HANDLERS.get(id(func))
