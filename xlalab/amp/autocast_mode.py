@@ -43,6 +43,7 @@ LOWER_PRECISION = (
     "linear",
     "einsum",
     "prelu",
+    "scaled_dot_product_attention",
     "_scaled_dot_product_flash_attention",
 )
 FLOAT32 = (
@@ -69,10 +70,14 @@ FLOAT32 = (
     "layer_norm",
     "group_norm",
     "native_layer_norm",
+    "rms_norm",
     "softmax",
     "_softmax",
     "logsumexp",
     "norm",
+    # Tensor.norm, torch.linalg.norm and F.normalize reach these, not norm.
+    "linalg_vector_norm",
+    "linalg_matrix_norm",
     "frobenius_norm",
     "nuclear_norm",
     "cosine_similarity",
@@ -84,6 +89,8 @@ FLOAT32 = (
     "cumsum",
     "cumprod",
     "exp",
+    "expm1",
+    "softplus",
     "log",
     "log10",
     "log2",
@@ -101,15 +108,24 @@ FLOAT32 = (
     "var",
     "std",
 )
+# Ops whose floating inputs are cast to the widest of them (torch_xla's and eager CPU's list):
+# index_copy requires its source in self's dtype.
+PROMOTE = ("index_copy",)
 
 
 def _eligible(a: Any) -> bool:
     return isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype is not torch.float64
 
 
-def _cast_kernel(op: Any, to_autocast_dtype: bool) -> Any:
+def _cast_kernel(op: Any, policy: str) -> Any:
     def kernel(*args: Any, **kwargs: Any) -> Any:
-        dtype = torch.get_autocast_dtype("xla") if to_autocast_dtype else torch.float32
+        if policy == "promote":
+            dtype = torch.get_autocast_dtype("xla")
+            for a in (*args, *kwargs.values()):
+                if _eligible(a):  # float64 is left out, as eager's CPU autocast leaves it
+                    dtype = torch.promote_types(dtype, a.dtype)
+        else:
+            dtype = torch.get_autocast_dtype("xla") if policy == "lower" else torch.float32
 
         def cast(a: Any) -> Any:
             return a.to(dtype) if _eligible(a) and a.dtype is not dtype else a
@@ -131,7 +147,7 @@ def install() -> None:
     fallthrough = torch.library.Library("_", "IMPL")
     fallthrough.fallback(torch.library.fallthrough_kernel, _KEY)
     aten = torch.library.Library("aten", "IMPL")
-    for names, lower in ((LOWER_PRECISION, True), (FLOAT32, False)):
+    for names, policy in ((LOWER_PRECISION, "lower"), (FLOAT32, "float32"), (PROMOTE, "promote")):
         for name in names:
             packet = getattr(torch.ops.aten, name, None)
             if packet is None:
@@ -143,7 +159,7 @@ def install() -> None:
                     continue  # out= and in-place variants are not autocast (as in PyTorch)
                 qualified = name if overload == "default" else f"{name}.{overload}"
                 try:
-                    aten.impl(qualified, _cast_kernel(op, lower), _KEY)
+                    aten.impl(qualified, _cast_kernel(op, policy), _KEY)
                 except RuntimeError:
                     continue  # an overload the dispatcher does not let us override
     _LIBRARIES.extend([fallthrough, aten])
