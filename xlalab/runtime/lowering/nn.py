@@ -790,15 +790,23 @@ def _mish_backward(grad_output: Array, x: Array) -> Array:
 
 
 # For complex numbers autograd passes the conjugate of the derivative (as torch's kernels do);
-# jnp.conj leaves real numbers alone.
+# jnp.conj leaves real numbers alone. Half types compute in float32 and round once, as torch's
+# CPU kernels do: rounding 1 - y * y to bfloat16 first moved gradients by an ulp.
 @lowering(aten.tanh_backward.default)
 def _tanh_backward(grad_output: Array, output: Array) -> Array:
-    return grad_output * jnp.conj(1 - output * output)
+    g, y = compute_float(grad_output), compute_float(output)
+    return (g * jnp.conj(1 - y * y)).astype(grad_output.dtype)
 
 
 @lowering(aten.sigmoid_backward.default)
 def _sigmoid_backward(grad_output: Array, output: Array) -> Array:
-    return grad_output * jnp.conj((1 - output) * output)
+    if jnp.iscomplexobj(output):
+        return grad_output * jnp.conj((1 - output) * output)
+    # torch's CPU kernel goes through float32 for bfloat16 only; float16 rounds at every step.
+    if output.dtype == jnp.float16:
+        return grad_output * (1 - output) * output
+    g, y = compute_float(grad_output), compute_float(output)
+    return (g * (1 - y) * y).astype(grad_output.dtype)
 
 
 @lowering(aten.threshold.default)
