@@ -3,6 +3,9 @@ made inside and outside ``torch.inference_mode()``, in-place views and re-pointe
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections.abc import Callable
 
 import pytest
@@ -154,3 +157,25 @@ def test_a_hook_raising_in_backward_raises_as_in_eager(case: str, dev: torch.dev
     # The process aborted ("terminate called without an active exception"): torch leaves the
     # hook's Python error set while the engine unwinds, past the xla device's Python guard.
     assert _hook_error(HOOKS[case], dev) == _hook_error(HOOKS[case], "cpu")
+
+
+def test_ctrl_c_during_backward_is_raised_when_backward_returns(dev: torch.device) -> None:
+    """A SIGINT that lands inside the autograd engine, in a callback torch cannot unwind through
+    (the device guard's), aborted the process: it waits for backward to return instead."""
+    x = torch.ones(3, device=dev, requires_grad=True)
+    y = x * 2
+    ran: list[str] = []
+
+    def interrupted(grad: torch.Tensor) -> torch.Tensor:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)  # Python handles the signal at the next call: here, held
+        ran.append("to its end")
+        return grad
+
+    y.register_hook(interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        y.sum().backward()
+    assert ran == ["to its end"]
+    assert torch.equal(x.grad.cpu(), torch.full((3,), 2.0))
+    (x * 3).sum().backward()  # the handler in place before is back
+    assert torch.equal(x.grad.cpu(), torch.full((3,), 5.0))

@@ -10,14 +10,16 @@ the user's line, with the op's own message. Outside backward nothing changes.
 Python hooks the engine calls are guarded the same way (``guarded``): a tensor's hooks, its
 post-accumulate-grad hooks and the hooks of a custom Function's node (a module's full backward
 hooks are these). An exception from one on xla gradients, ``KeyboardInterrupt`` included, is
-kept and the gradients pass on unchanged.
+kept and the gradients pass on unchanged. Ctrl-C is held the same way (``_interrupts_held``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -111,13 +113,34 @@ def _raise_kept(cause: BaseException | None = None) -> None:
 
 def _engine_run_backward(*args: Any, **kwargs: Any) -> Any:
     _pending().clear()
-    try:
-        result = _run_backward(*args, **kwargs)
-    except Exception as e:
-        _raise_kept(e)  # the op's own error, not what the failed values led to
-        raise
-    _raise_kept()
+    with _interrupts_held(_on_xla(tuple(args[:1]))):
+        try:
+            result = _run_backward(*args, **kwargs)
+        except Exception as e:
+            _raise_kept(e)  # the op's own error, not what the failed values led to
+            raise
+        _raise_kept()
     return result
+
+
+@contextlib.contextmanager
+def _interrupts_held(hold: bool) -> Iterator[None]:
+    """Ctrl-C (SIGINT) held until a backward of xla tensors returns, then handled as the handler
+    in place would have. Raised inside the engine, in a Python callback torch cannot unwind
+    through (the device guard's), it aborted the process: a notebook's kernel died. Backward on
+    xla only records the graph, so the wait is short; a CPU backward keeps its interrupts."""
+    previous = signal.getsignal(signal.SIGINT)
+    if not hold or not callable(previous) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[tuple[int, Any]] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            previous(*held[0])  # Python's own handler raises KeyboardInterrupt here
 
 
 _run_backward = torch.autograd.graph._engine_run_backward
