@@ -7,8 +7,11 @@ has no physical layout, but its storage keeps its elements in an order (``tensor
 eager lays out in another order than row-major is kept in that order, a permute view of it.
 
 Which strides a call gives comes from torch's own meta kernel, run once per op signature and
-operand layout. Only dense layouts (a permutation of the dims) are kept; anything else is
-row-major, as before.
+operand layout, on fake tensors of the CPU device: a meta kernel that lays out by device takes
+a bare meta tensor for a CUDA one (``device_hint``), and the convolutions' strides come from
+fake mode's own rule, which asks the CPU backend (a channels-last input or weight gives a
+channels-last result). Only dense layouts (a permutation of the dims) are kept; anything else
+is row-major, as before.
 """
 
 from __future__ import annotations
@@ -36,10 +39,15 @@ def result_strides(
     except KeyError:
         pass
     result: list[Strides | None] | None = None
+    metas = [meta_operand(a) for a in args]
+    meta_kwargs = {k: meta_operand(v) for k, v in kwargs.items()}
     try:
-        out = func(*[meta_operand(a) for a in args], **{k: meta_operand(v) for k, v in kwargs.items()})
-    except Exception:  # no meta kernel: the result stays row-major
-        out = None
+        out = _on_cpu(func, metas, meta_kwargs)
+    except Exception:
+        try:
+            out = func(*metas, **meta_kwargs)
+        except Exception:  # no meta kernel: the result stays row-major
+            out = None
     outs = out if isinstance(out, (tuple, list)) else (out,)
     strides = [
         tuple(o.stride()) if isinstance(o, torch.Tensor) and not o.is_contiguous() else None for o in outs
@@ -50,12 +58,34 @@ def result_strides(
     return result
 
 
+def _on_cpu(func: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """``func`` of the meta tensors in ``args`` and ``kwargs`` as fake tensors of the CPU device."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    cpu = torch.device("cpu")
+
+    def fake(a: Any) -> Any:
+        if isinstance(a, torch.Tensor) and a.device.type == "meta":
+            return FakeTensor(mode, a, cpu)
+        if isinstance(a, (list, tuple)):
+            return type(a)(fake(x) for x in a)
+        return a
+
+    with mode:
+        return func(*fake(args), **{k: fake(v) for k, v in kwargs.items()})
+
+
 def _strides_of(args: Any) -> tuple[Any, ...]:
-    return tuple(
-        layout[0] if (layout := getattr(a, "_layout", None)) is not None else None
-        for a in args
-        if isinstance(a, torch.Tensor)
-    )
+    """The eager strides of the tensors in ``args`` (None where row-major), in lists too (cat's)."""
+    out: list[Any] = []
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            out.append(_strides_of(a))
+        elif isinstance(a, torch.Tensor):
+            layout = getattr(a, "_layout", None)
+            out.append(None if layout is None else layout[0])
+    return tuple(out)
 
 
 def memory_order(shape: Sequence[int], strides: Strides | None) -> tuple[int, ...] | None:

@@ -886,6 +886,8 @@ def _meta_operand(a: Any) -> Any:
     """A meta tensor with ``a``'s shape, dtype and eager strides (other arguments as they are)."""
     if type(a) is XlaTensor:
         return _laid_out(value(a), a._layout)
+    if type(a) is list or type(a) is tuple:
+        return type(a)(_meta_operand(x) for x in a)
     return _meta_arg(a)
 
 
@@ -922,11 +924,21 @@ def _lowered(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         return fallback(func, args, kwargs)
     if index_checks.enabled[0]:
         index_checks.note(func, args, kwargs, _node_of)
+    return result_of(func, args, kwargs, node)
+
+
+def result_of(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], node: Node) -> Any:
+    """``node``'s result tensors for ``func(*args, **kwargs)``, laid out as eager's kernel lays
+    them out where that can differ from row-major."""
     if func in KERNEL_LAID_OUT:
         return laid_out_result(func, args, kwargs, node)
     for a in args:
-        if type(a) is XlaTensor and a._layout is not None:
-            return laid_out_result(func, args, kwargs, node)
+        if type(a) is XlaTensor:
+            if a._layout is not None:
+                return laid_out_result(func, args, kwargs, node)
+        elif type(a) is list or type(a) is tuple:  # cat's tensors
+            if any(type(t) is XlaTensor and t._layout is not None for t in a):
+                return laid_out_result(func, args, kwargs, node)
     return wrap_result(node)
 
 
@@ -1505,7 +1517,7 @@ def _functionalized(functional: OpOverload, writes: dict[int, int], n_out: int) 
         node = record(functional, args, kwargs)
         if node is None:
             return fallback(func, args, kwargs)
-        outs = wrap_result(node)
+        outs = result_of(functional, args, kwargs, node)  # a channels-last input's layout
         for out_index, arg_index in writes.items():
             assign(args[arg_index], value(outs[out_index]))
         return outs[:n_out]
@@ -1556,12 +1568,12 @@ def _random(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     src = tuple(acc.operands)
     if func is aten.native_dropout.default:
         outs = ((tuple(self.shape), self.dtype), (tuple(self.shape), torch.bool))
-        return wrap_result(Node(func, src, (tpl, ktpl), None, None, dev, outs=outs))
+        return result_of(func, args, kwargs, Node(func, src, (tpl, ktpl), None, None, dev, outs=outs))
     if func is aten.multinomial.default:
         return wrap(Node(func, src, (tpl, ktpl), _multinomial_checks(args), torch.int64, dev))
     node = Node(func, src, (tpl, ktpl), tuple(self.shape), self.dtype, dev)
     if functional is not None:
-        return wrap(node)
+        return result_of(func, args, kwargs, node)  # rand_like(x) is laid out as x is
     assign(self, node)
     return self
 
@@ -1926,7 +1938,12 @@ def _random_like(fill: Callable[[torch.Tensor, dict[str, Any]], Any]) -> Handler
         device = torch.device(a.get("device") or a["self"].device)
         if a.get("generator") is not None or device.type != "xla" or isinstance(a.get("high"), torch.Tensor):
             return fallback(func, args, kwargs)
-        out = torch.empty(tuple(a["self"].shape), dtype=a.get("dtype") or a["self"].dtype, device=device)
+        out = torch.empty_like(  # laid out as ``self`` is, as eager's
+            a["self"],
+            dtype=a.get("dtype") or a["self"].dtype,
+            device=device,
+            memory_format=a.get("memory_format") or torch.preserve_format,
+        )
         return fill(out, a)
 
     return handler
