@@ -315,3 +315,15 @@ def test_training_steps_equal_eager(model: type[nn.Module], channels_last: bool)
         torch.testing.assert_close(got.cpu(), expected, atol=1e-4, rtol=1e-4)
     for e, x_ in zip(eager.state_dict().values(), lazy.state_dict().values()):
         torch.testing.assert_close(x_.cpu(), e, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("padding_mode", ["border", "reflection"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_grid_sample_reads_a_nan_or_infinite_grid_value_as_eager(mode: str, padding_mode: str) -> None:
+    # Eager's clip to the border takes a NaN to 0 (max(NaN, 0)); reflected, an infinity is a NaN.
+    x = torch.arange(20.0).reshape(1, 1, 4, 5)
+    nan, inf = float("nan"), float("inf")
+    grid = torch.tensor([[[[0.1, 0.2], [nan, 0.0], [inf, 0.3], [-inf, 0.5], [0.0, nan]]]])
+    expected = F.grid_sample(x, grid, mode=mode, padding_mode=padding_mode, align_corners=False)
+    got = F.grid_sample(x.to(DEV), grid.to(DEV), mode=mode, padding_mode=padding_mode, align_corners=False)
+    torch.testing.assert_close(got.cpu(), expected)

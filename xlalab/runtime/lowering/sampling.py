@@ -42,10 +42,11 @@ def _unnormalize(coord: Array, size: int, align_corners: bool) -> Array:
 
 def _clip(coord: Array, size: int) -> Array:
     # Written as selects rather than a clamp: on the border itself the gradient is zero, as in
-    # torch's backward (a clamp's gradient there would be one, or a half).
+    # torch's backward (a clamp's gradient there would be one, or a half). A NaN (a NaN or
+    # infinite grid value, reflected) reads at 0, as eager's max(coord, 0) does.
     high = size - 1
     inside = jnp.where(coord >= high, high, coord).astype(coord.dtype)
-    return jnp.where(coord <= 0, jnp.zeros_like(coord), inside)
+    return jnp.where(coord > 0, inside, jnp.zeros_like(coord))
 
 
 def _reflect(coord: Array, twice_low: int, twice_high: int) -> Array:
