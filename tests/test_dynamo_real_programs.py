@@ -23,6 +23,8 @@ from torch import nn
 import xlalab
 import xlalab.dynamo as dynamo
 
+from .zoo.models import no_dropout
+
 transformers = pytest.importorskip("transformers")
 
 
@@ -193,12 +195,7 @@ def _pair(name: str, device: torch.device) -> tuple[nn.Module, nn.Module]:
         torch.manual_seed(0)
         model = _MODELS[name][0]()
         model.config.use_cache = False
-        for m in model.modules():
-            if isinstance(m, nn.Dropout):
-                m.p = 0.0
-            for key, value in vars(m).items():
-                if "dropout" in key and isinstance(value, float):
-                    setattr(m, key, 0.0)
+        no_dropout(model)
         _BUILT[name] = model
     cpu = copy.deepcopy(_BUILT[name])
     return cpu, copy.deepcopy(cpu).to(device)

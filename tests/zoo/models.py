@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torch import nn
+
 COMMON = """\
 import torch, torch.nn as nn, torch.nn.functional as F
 import xlalab.core.xla_model as xm
@@ -338,3 +340,16 @@ def loss_of(x, y):
         (2, 480),
     ),
 ]
+
+
+def no_dropout(model: nn.Module) -> None:
+    """Dropout modules, and the probabilities attention reads from floats, set to zero."""
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+        for name, value in vars(m).items():
+            if "dropout" in name and isinstance(value, float):
+                setattr(m, name, 0.0)
+        if isinstance(m, nn.TransformerEncoderLayer):
+            m.dropout.p = m.dropout1.p = m.dropout2.p = 0.0
+            m.self_attn.dropout = 0.0

@@ -18,22 +18,9 @@ from torch import nn
 
 import xlalab.dynamo as dynamo
 
-from .models import COMMON, ZOO, Zoo
+from .models import COMMON, ZOO, Zoo, no_dropout
 
 STEPS = 2
-
-
-def _no_dropout(model: nn.Module) -> None:
-    """Dropout modules, and the probabilities attention reads from floats, set to zero."""
-    for m in model.modules():
-        if isinstance(m, nn.Dropout):
-            m.p = 0.0
-        for name, value in vars(m).items():
-            if "dropout" in name and isinstance(value, float):
-                setattr(m, name, 0.0)
-        if isinstance(m, nn.TransformerEncoderLayer):
-            m.dropout.p = m.dropout1.p = m.dropout2.p = 0.0
-            m.self_attn.dropout = 0.0
 
 
 def _world(zoo: Zoo, device: str) -> dict[str, Any]:
@@ -42,7 +29,7 @@ def _world(zoo: Zoo, device: str) -> dict[str, Any]:
     ns["dev"] = torch.device(device)
     torch.manual_seed(0)
     exec(zoo.model, ns)
-    _no_dropout(ns["model"])
+    no_dropout(ns["model"])
     ns["opt"] = torch.optim.SGD(ns["model"].parameters(), lr=0.01)
     return ns
 
