@@ -9,7 +9,6 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -295,18 +294,16 @@ def test_ten_thousand_nodes(dev: torch.device) -> None:
     x = torch.zeros(4).to(dev)
     for _ in range(10_000):
         x = x + 1
-    t0 = time.perf_counter()
     s = step(x)
-    built = time.perf_counter() - t0
     assert len(s) == 10_001
     listing = s.listing()
     assert listing.count("\n") < 12 and "row(s) below" in listing
-    t0 = time.perf_counter()
+    compiled = counter("xlalab::StepCompile")
     s.run_to_end()
-    ran = time.perf_counter() - t0
     assert s.results()[0].tolist() == [10_000.0] * 4
     assert "-> (end" in repr(s) and "row(s) above" in repr(s)
-    assert built < 2.0 and ran < 15.0, (built, ran)
+    # 10,000 like ops run one program, compiled once: no program grows with the graph.
+    assert counter("xlalab::StepCompile") - compiled <= 1
     del x  # never fused: a 10k-node program would take the next barrier a long time to compile
 
 
