@@ -87,3 +87,10 @@ def test_compiled_attention_takes_a_mask_with_the_causal_mask(dev: torch.device)
     compiled = torch.compile(attend, backend="xlalab")
     got = compiled(q.to(dev), mask.to(dev))
     torch.testing.assert_close(got.cpu(), attend(q, mask), rtol=1e-4, atol=1e-5)
+
+
+def test_float64_attention_computes_in_float64(dev: torch.device) -> None:
+    q = _heads(1, 4, 2, 14).double()
+    got = F.scaled_dot_product_attention(q.to(dev), q.to(dev), q.to(dev), is_causal=True)
+    want = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-12, atol=1e-12)  # float32's would be 1e-7 off

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import torch
 
 from xlalab.runtime import tensor as rt
-from xlalab.runtime.lowering.elementwise import Array
+from xlalab.runtime.lowering.elementwise import Array, compute_float
 from xlalab.runtime.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -31,12 +31,12 @@ _FLASH = 1  # torch's SDPBackend.flash_attention
 
 
 def _scores(q: Array, k: Array, is_causal: bool, mask: Array | None, scale: float | None) -> Array:
-    """``q @ k^T * scale`` in float32 (the kernel's accumulation type), masked: ``-inf`` where
-    the causal mask (top-left aligned, as the kernel's) or a float mask's ``-inf`` excludes."""
-    qf, kf = q.astype(jnp.float32), k.astype(jnp.float32)
-    s = jnp.einsum("...le,...se->...ls", qf, kf) * _factor(q, scale)
+    """``q @ k^T * scale`` in the kernel's accumulation type (float32 for half types), masked:
+    ``-inf`` where the causal mask (top-left aligned, as the kernel's) or a float mask's ``-inf``
+    excludes."""
+    s = jnp.einsum("...le,...se->...ls", compute_float(q), compute_float(k)) * _factor(q, scale)
     if mask is not None:
-        s = s + mask.astype(jnp.float32)
+        s = s + mask.astype(s.dtype)
     if is_causal:
         L, S = s.shape[-2], s.shape[-1]
         keep = jnp.arange(S)[None, :] <= jnp.arange(L)[:, None]
@@ -73,8 +73,8 @@ def _flash(
     k, v = _grouped(q, k), _grouped(q, v)
     p, lse = _probabilities(_scores(q, k, is_causal, attn_mask, scale))
     # The kernel multiplies the values by the probabilities rounded to a half type's.
-    p = p.astype(q.dtype).astype(jnp.float32)
-    out = jnp.einsum("...ls,...se->...le", p, v.astype(jnp.float32))
+    p = compute_float(p.astype(q.dtype))
+    out = jnp.einsum("...ls,...se->...le", p, compute_float(v))
     return out.astype(q.dtype), lse
 
 
@@ -110,12 +110,12 @@ def _flash_backward(
     k_all, v_all = _grouped(q, k), _grouped(q, v)
     s = _scores(q, k_all, is_causal, attn_mask, scale)
     p = jnp.where(s == -jnp.inf, 0.0, jnp.exp(s - logsumexp[..., None]))
-    g = grad_out.astype(jnp.float32)
+    g = compute_float(grad_out)
     gv = jnp.einsum("...ls,...le->...se", p, g)
-    gp = jnp.einsum("...le,...se->...ls", g, v_all.astype(jnp.float32))
+    gp = jnp.einsum("...le,...se->...ls", g, compute_float(v_all))
     gs = p * (gp - jnp.sum(gp * p, axis=-1, keepdims=True))
-    gq = jnp.einsum("...ls,...se->...le", gs, k_all.astype(jnp.float32)) * _factor(q, scale)
-    gk = jnp.einsum("...ls,...le->...se", gs, q.astype(jnp.float32)) * _factor(q, scale)
+    gq = jnp.einsum("...ls,...se->...le", gs, compute_float(k_all)) * _factor(q, scale)
+    gk = jnp.einsum("...ls,...le->...se", gs, compute_float(q)) * _factor(q, scale)
     return gq.astype(q.dtype), _ungrouped(k, gk).astype(k.dtype), _ungrouped(v, gv).astype(v.dtype)
 
 
