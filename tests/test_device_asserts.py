@@ -115,3 +115,74 @@ def test_an_assertion_pending_before_a_compiled_call_stays_in_the_lazy_graph(dev
     assert not [f.name for f in dynamo.compiled_functions() if f.lazy], dynamo.summary()
     assert compiled(torch.tensor([3, 0], device=dev), w).cpu().tolist() == [[1.0, 1.0], [1.0, 1.0]]
     xm.wait_device_ops()  # reported once
+
+
+# Eager's checks of values that torch skips on a device other than the CPU, or that XLA cannot
+# raise on: each is a device check, so a bad value raises eager's error instead of giving a
+# plausible wrong answer.
+def _one_hot_bounds(d: Any) -> torch.Tensor:
+    return torch.nn.functional.one_hot(torch.tensor([0, 5], device=d), 3)
+
+
+def _one_hot_negative(d: Any) -> torch.Tensor:
+    return torch.nn.functional.one_hot(torch.tensor([0, -1], device=d))  # classes inferred
+
+
+def _bag_offsets_not_from_zero(d: Any) -> torch.Tensor:
+    idx, table = torch.tensor([0, 1, 2], device=d), torch.ones(3, 2, device=d)
+    return torch.nn.functional.embedding_bag(idx, table, torch.tensor([1, 2], device=d))
+
+
+def _bag_offsets_past_the_end(d: Any) -> torch.Tensor:
+    idx, table = torch.tensor([0, 1, 2], device=d), torch.ones(3, 2, device=d)
+    offsets = torch.tensor([0, 4], device=d)
+    return torch.nn.functional.embedding_bag(idx, table, offsets, include_last_offset=True)
+
+
+def _bernoulli_above_one(d: Any) -> torch.Tensor:
+    return torch.bernoulli(torch.tensor([0.5, 1.5], device=d))
+
+
+def _bernoulli_nan_in_place(d: Any) -> torch.Tensor:
+    return torch.zeros(2, device=d).bernoulli_(torch.tensor([0.5, float("nan")], device=d))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_one_hot_bounds, _one_hot_negative, _bag_offsets_not_from_zero, _bag_offsets_past_the_end,
+     _bernoulli_above_one, _bernoulli_nan_in_place],
+)  # fmt: skip
+def test_values_eager_rejects_raise_its_error_at_the_next_sync(make: Any, dev: torch.device) -> None:
+    with pytest.raises(RuntimeError) as eager:
+        make("cpu")
+    first_words = " ".join(str(eager.value).split()[:4])
+    out = make(dev)  # recorded without a wait
+    with pytest.raises(RuntimeError, match=rf"{_line_of('return', make)}.*") as lazy:
+        out.cpu()
+    assert first_words.removeprefix("Expected ") in str(lazy.value)
+    # One failure is one error: the next sync is clean, and the runtime carries on.
+    assert (torch.ones(2, device=dev) * 2).cpu().tolist() == [2.0, 2.0]
+
+
+def test_values_eager_accepts_still_run_as_one_program(dev: torch.device) -> None:
+    idx, table = torch.tensor([0, 1, 2], device=dev), torch.arange(6.0, device=dev).view(3, 2)
+    met.clear_all()
+    hot = torch.nn.functional.one_hot(torch.tensor([2, 0], device=dev), 3)
+    bags = torch.nn.functional.embedding_bag(idx, table, torch.tensor([0, 1], device=dev))
+    drawn = torch.bernoulli(torch.tensor([0.0, 1.0], device=dev))
+    xm.mark_step()
+    assert hot.cpu().tolist() == [[0, 0, 1], [1, 0, 0]]
+    assert bags.cpu().tolist() == [[0.0, 1.0], [3.0, 4.0]]
+    assert drawn.cpu().tolist() == [0.0, 1.0]
+    assert met.executed_fallback_ops() == []
+    assert (met.counter_value("ExecuteComputation") or 0) == 1
+
+
+@pytest.mark.parametrize(
+    "make", [lambda d: torch.tensor([0.0], device=d), lambda d: torch.empty(0, dtype=torch.long, device=d)]
+)
+def test_one_hot_checks_before_any_value_raise_at_the_call(make: Any, dev: torch.device) -> None:
+    with pytest.raises(RuntimeError) as eager:
+        torch.nn.functional.one_hot(make("cpu"))
+    with pytest.raises(RuntimeError, match=str(eager.value)):
+        torch.nn.functional.one_hot(make(dev))

@@ -92,8 +92,11 @@ def raise_deferred(wait: bool) -> None:
     kept: list[tuple[Check, Any]] = []
     failed: Check | None = None
     for check, flag in _in_flight:
-        if failed is None and (wait or flag.is_ready()):
-            if bool(np.asarray(flag)):
+        if wait or flag.is_ready():
+            # After the first failure, the others read with it go unraised: like a device-side
+            # assert's, one failure is one error (an op's checks often fail together: one_hot
+            # of -1 without num_classes fails both of its bounds).
+            if failed is None and bool(np.asarray(flag)):
                 failed = check
         else:
             kept.append((check, flag))
@@ -250,6 +253,43 @@ def ctc_lengths_checked(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
             every: Any = torch.all(ok)  # an xla tensor: recorded, not read
             defer(tensor.value(every), RuntimeError, message, "ctc_loss")
     return out
+
+
+def embedding_bag_offsets_checked(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``_embedding_bag``: the lowered bags, and deferred checks of the offsets eager reads on
+    the host (offsets that do not start at 0, run backwards or end past the indices raise
+    eager's error at the next sync instead of giving bags the masks make of them)."""
+    from . import tensor
+
+    out = tensor._lowered(func, args, kwargs)
+    indices, offsets = args[1], args[2]
+    if type(offsets) is not tensor.XlaTensor or indices.dim() != 1 or offsets.numel() == 0:
+        return out
+    length = indices.shape[0]
+    with torch.no_grad():
+        conditions = [
+            (offsets[0] == 0, "offsets[0] has to be 0, i.e., the first sequence in the mini-batch "
+             "has to start from position 0"),
+            (offsets[-1] <= length, f"offsets[-1] can not be greater than input's length {length}"),
+            (torch.all(offsets[1:] >= offsets[:-1]), "offsets must be non-decreasing"),
+        ]  # fmt: skip
+    for ok, message in conditions:
+        defer(tensor.value(ok), RuntimeError, message, "embedding_bag")
+    return out
+
+
+def one_hot_checked(self: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
+    """``F.one_hot`` on xla tensors (and dynamo's fake ones). torch's C++ kernel skips eager's
+    checks of the class values on any device but the CPU (a value out of range gave a row of
+    zeros); its Python decomposition makes them ``torch._assert_async`` checks, deferred checks
+    here. The C++ kernel still answers what it checks before any value: the dtype, an empty
+    input."""
+    if self.dtype != torch.int64:  # the C++ kernel's error
+        composite = torch._C.DispatchKey.CompositeImplicitAutograd
+        return torch.ops.aten.one_hot.default._op_dk(composite, self, num_classes)  # type: ignore[no-any-return]
+    if self.numel() == 0 and num_classes <= 0:
+        raise RuntimeError("Can not infer total number of classes from empty tensor.")
+    return torch.ops.aten.one_hot.default.decompose(self, num_classes)  # type: ignore[no-any-return]
 
 
 _EX_API_NAMES = {

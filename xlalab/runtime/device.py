@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from . import backend, backward_errors, control_flow, ir, metrics, rng
+from . import backend, backward_errors, checks, control_flow, ir, metrics, rng
 from .graph import wait_device_ops
 from .lowering import attention
 from .tensor import EMPTY, HostStorage, XlaTensor, fallback, record, torch_device, wrap
@@ -258,6 +258,9 @@ def install() -> None:
     # Attention: the kernel eager's CPU would pick (its flash kernel, mostly), where torch would
     # give another device only its math path (lowering/attention.py says what differs).
     aten_lib.impl("scaled_dot_product_attention", attention.route, "AutogradPrivateUse1")
+    # one_hot: eager's checks of the class values, which torch's decomposition skips on any
+    # device but the CPU (a value out of range gave a row of zeros).
+    aten_lib.impl("one_hot", checks.one_hot_checked, "AutogradPrivateUse1")
     # Pinned host memory: once xla is torch's accelerator, ``pin_memory()`` (a DataLoader with
     # pin_memory=True) asks it for a pinned allocator. JAX copies from any host buffer, so a
     # pinned copy is a plain copy and nothing is ever pinned (this torch build has no CUDA).

@@ -1553,6 +1553,7 @@ def _random(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     if kwargs.get("generator") is not None or any(isinstance(a, torch.Generator) for a in args):
         return fallback(func, args, kwargs)
     kwargs = {k: v for k, v in kwargs.items() if k != "generator"}
+    _check_probabilities(func, args)
     self = args[0]
     dev = self._st.device
     seed, offset = rng.rng_operands(dev)
@@ -1600,6 +1601,21 @@ def _multinomial_checks(args: tuple[Any, ...]) -> tuple[int, ...]:
 
 
 _MULTINOMIAL_SHAPES: dict[Any, tuple[int, ...]] = {}
+
+# Where a Bernoulli op takes its probabilities as a tensor: ``bernoulli(p)``, ``x.bernoulli_(p)``.
+_PROBABILITIES_AT = {aten.bernoulli.default: 0, aten.bernoulli.Tensor: 1, aten.bernoulli_.Tensor: 1}
+
+
+def _check_probabilities(func: OpOverload, args: tuple[Any, ...]) -> None:
+    """Eager's check that Bernoulli probabilities lie in [0, 1] (NaN fails it): a device check
+    raised at a later sync, where XLA would draw from a probability of 1.5 as if it were 1."""
+    at = _PROBABILITIES_AT.get(func)
+    if at is None or len(args) <= at or type(p := args[at]) is not XlaTensor or p.numel() == 0:
+        return
+    with torch.no_grad():
+        ok: Any = ((p >= 0) & (p <= 1)).all()  # an xla tensor: recorded, not read
+    message = "Expected p_in >= 0 && p_in <= 1 to be true, but got false."
+    checks.defer(value(ok), RuntimeError, message, func._schema.name.removeprefix("aten::"))
 
 
 def _cannot_fall_back_in_body(
@@ -1986,6 +2002,8 @@ _SPECIAL: dict[OpOverload, Handler] = {
     aten._linalg_solve_ex.default: checks.linalg_ex_checked,
     aten.linalg_lu_factor_ex.default: checks.linalg_ex_checked,
     aten._ctc_loss.Tensor: checks.ctc_lengths_checked,
+    aten._embedding_bag.default: checks.embedding_bag_offsets_checked,
+    aten._embedding_bag_forward_only.default: checks.embedding_bag_offsets_checked,
     aten._fused_moving_avg_obs_fq_helper.default: _fused_observer,
     aten.randperm.out: _randperm_out,
     aten.randperm.generator_out: _randperm_out,
