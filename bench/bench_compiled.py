@@ -6,7 +6,14 @@ The compiled column is ``torch.compile(train_step, backend="xlalab")`` of the wo
 autograd) and the optimizer program, each one executable call after its guards. Every column
 times a step until its results are ready on the device, and reports the median.
 
-The ``jax.jit`` and compiled steps run interleaved, a few steps of one then a few of the other,
+The ``floor`` column is the same compiled step with each graph replaying its first outputs: the
+host time torch.compile's own machinery takes per step (dynamo's guards and graph breaks,
+AOTAutograd's wrappers, the autograd engine, the optimizer's Python) with a backend that
+computes nothing. On a CPU the XLA "device" computes on the host's cores, so host time and
+device time add up: the compiled step cannot beat ``jax.jit`` step + floor there, whatever the
+backend does. On a GPU or TPU the host's work overlaps the device's.
+
+The ``jax.jit``, compiled and floor steps run interleaved, a few steps of one then a few of the other,
 so that on a shared machine both see the same load: their ratio is the figure to read. ``cpu
 ms`` is the process's CPU time per step (every thread: Python and XLA's), which other jobs move
 less than wall time.
@@ -18,6 +25,7 @@ less than wall time.
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import sys
 import time
@@ -87,11 +95,67 @@ def compiled_column(wl: bs.Workload, batches: list[bs.Batch], losses: list[torch
     return Column("compiled", one, xm.wait_device_ops, lambda: metrics.COUNTERS.get("UncachedCompile", 0))
 
 
+FLOOR_GRAPHS: list[torch.fx.GraphModule] = []  # the dynamo graphs the floor column compiled
+
+
+def floor_column(wl: bs.Workload, batches: list[bs.Batch]) -> Column:
+    """The same compiled step with every graph replaced by a replay of its first call's outputs:
+    what torch.compile itself costs the host per step (dynamo's guards and graph breaks,
+    AOTAutograd's wrappers, the autograd engine, the optimizer's Python) when the backend
+    computes nothing. On a CPU, where the XLA device shares the cores with the host, no backend
+    can make a step cheaper than the jax.jit step plus this."""
+    from functorch.compile import make_boxed_func
+
+    import xlalab.core.xla_model as xm
+    import xlalab.dynamo as dynamo
+
+    xlalab_backend = importlib.import_module("xlalab.dynamo.backend")  # the module, not its function
+    from xlalab.dynamo.executable import CompiledGraph
+    from xlalab.testing.workloads import train_step
+
+    dev = xm.xla_device()
+    model = wl.make_model(0).to(dev)
+    opt = wl.make_optimizer(model.parameters())
+    dev_batches = [(inp.to(dev), tgt.to(dev)) for inp, tgt in batches]
+    xm.mark_step()
+    xm.wait_device_ops()
+
+    def replaying(label: str, part: str) -> Callable[..., Callable[..., object]]:
+        def compile_part(gm: torch.fx.GraphModule, example_inputs: list[object]) -> Callable[..., object]:
+            graph, first = CompiledGraph(gm, f"{label}, {part}"), []
+
+            def call(*args: object) -> list[object]:
+                if not first:
+                    first.append(graph(*args))
+                return list(first[0])
+
+            return make_boxed_func(call)  # type: ignore[no-any-return]
+
+        return compile_part
+
+    def floor_backend(gm: torch.fx.GraphModule, example_inputs: list[object], **kw: object) -> object:
+        FLOOR_GRAPHS.append(gm)
+        real = xlalab_backend._compiler
+        xlalab_backend._compiler = replaying  # type: ignore[assignment]
+        try:
+            return dynamo.backend(gm, example_inputs, **kw)
+        finally:
+            xlalab_backend._compiler = real
+
+    step = torch.compile(train_step, backend=floor_backend)
+
+    def one(i: int) -> None:
+        step(wl, model, opt, *dev_batches[i])
+
+    return Column("floor", one, xm.wait_device_ops, lambda: 0)
+
+
 def bench_interleaved(wl: bs.Workload, batches: list[bs.Batch], cfg: bs.Config) -> list[bs.Result]:
     """The jax.jit and compiled columns, their steps interleaved in blocks."""
     import xlalab.dynamo as dynamo
 
     losses: list[torch.Tensor] = []
+    FLOOR_GRAPHS.clear()
     columns = [jax_column(wl, batches)]
     try:
         columns.append(compiled_column(wl, batches, losses))
@@ -99,6 +163,8 @@ def bench_interleaved(wl: bs.Workload, batches: list[bs.Batch], cfg: bs.Config) 
         failed = bs._failure("compiled", exc, cfg)
     else:
         failed = None
+    if failed is None:
+        columns.append(floor_column(wl, batches))
     for i in range(1 + cfg.warmup):  # first steps: compiles, the optimizer's state appears
         for col in columns:
             col.run(i)
@@ -112,8 +178,10 @@ def bench_interleaved(wl: bs.Workload, batches: list[bs.Batch], cfg: bs.Config) 
         steady = slice(1 + cfg.warmup, None)
         cpu_ms = statistics.median(col.cpu[steady]) * 1e3
         note = f"cpu {cpu_ms:.2f} ms/step; {sum(col.compiles[steady])} compiles in steady steps"
+        if col.name == "floor":
+            note = f"cpu {cpu_ms:.2f} ms/step; torch.compile's own host cost (graphs replay their outputs)"
         if col.name == "compiled":
-            graphs = sum(f.num_graphs for f in dynamo.compiled_functions())
+            graphs = sum(f.num_graphs for f in dynamo.compiled_functions()) - len(FLOOR_GRAPHS)
             note += f"; {graphs} dynamo graphs; last loss {losses[-1].item():.4f}"
         wall_ms = statistics.median(col.wall[steady]) * 1e3
         result = bs.Result(col.name, col.wall[0] * 1e3, wall_ms, str(sum(col.compiles)), note=note)
