@@ -37,3 +37,16 @@ def test_profile_step_splits_a_compiled_step() -> None:
     parts = ("jax.jit step: issue", "compiled step: issue", "JAX executable calls", "4 calls", "xlalab")
     for part in parts:
         assert part in out, out
+
+
+def test_bench_compiled_prints_the_compiled_and_floor_columns() -> None:
+    run = subprocess.run(
+        [sys.executable, "bench/bench_compiled.py", "--workloads", "mlp", "--steps", "2", "--warmup", "1",
+         "--no-lazy"],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {line.split()[1]: line for line in run.stdout.splitlines() if line.startswith("mlp ")}
+    assert set(rows) == {"jax.jit", "compiled", "floor"}, run.stdout
+    assert "x jax.jit" in rows["floor"] and "torch.compile's own host cost" in rows["floor"], run.stdout
+    assert "3 dynamo graphs" in rows["compiled"], run.stdout  # the floor's own graphs not counted
