@@ -15,9 +15,9 @@ kept and the gradients pass on unchanged. Ctrl-C is held the same way (``_interr
 
 from __future__ import annotations
 
+import _signal
 import contextlib
 import functools
-import signal
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -129,16 +129,21 @@ def _interrupts_held(hold: bool) -> Iterator[None]:
     in place would have. Raised inside the engine, in a Python callback torch cannot unwind
     through (the device guard's), it aborted the process: a notebook's kernel died. Backward on
     xla only records the graph, so the wait is short; a CPU backward keeps its interrupts."""
-    previous = signal.getsignal(signal.SIGINT)
-    if not hold or not callable(previous) or threading.current_thread() is not threading.main_thread():
+    if not hold:
+        yield
+        return
+    # _signal's functions, not signal's wrappers: those convert to and from enums, which cost
+    # more than the rest of a compiled step's backward call.
+    previous = _signal.getsignal(_signal.SIGINT)
+    if not callable(previous) or threading.current_thread() is not threading.main_thread():
         yield
         return
     held: list[tuple[int, Any]] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: held.append((signum, frame)))
+    _signal.signal(_signal.SIGINT, lambda signum, frame: held.append((signum, frame)))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _signal.signal(_signal.SIGINT, previous)
         if held:
             previous(*held[0])  # Python's own handler raises KeyboardInterrupt here
 
