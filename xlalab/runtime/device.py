@@ -19,7 +19,7 @@ import torch
 from . import backend, backward_errors, checks, control_flow, ir, metrics, rng
 from .graph import wait_device_ops
 from .lowering import attention
-from .tensor import EMPTY, HostStorage, XlaTensor, fallback, record, torch_device, wrap
+from .tensor import EMPTY, HostStorage, XlaTensor, debug_frames, fallback, record, torch_device, wrap
 
 aten = torch.ops.aten
 
@@ -122,7 +122,7 @@ def _empty(size: Any, dtype: torch.dtype | None, device: Any, strides: Any = Non
         probe = torch.empty_strided(shape, tuple(int(s) for s in strides), device="meta")
         if not probe.is_contiguous():
             layout = (tuple(probe.stride()), 0)
-    return wrap(ir.Node(EMPTY, (), None, shape, dtype, index), layout=layout)
+    return wrap(ir.Node(EMPTY, (), None, shape, dtype, index, frames=debug_frames()), layout=layout)
 
 
 def _privateuse1_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
@@ -165,7 +165,7 @@ def _factory(op: Any) -> Any:
             # once per call signature, so that it raises its error here, at the user's line.
             op(*args, device="cpu", **kwargs)
             _EAGER_ACCEPTS.add((op, arg))
-        node = ir.Node(op, (), arg, tuple(meta.shape), meta.dtype, index)
+        node = ir.Node(op, (), arg, tuple(meta.shape), meta.dtype, index, frames=debug_frames())
         metrics.count("xla::" + op._schema.name.split("::")[-1])
         return wrap(node)
 

@@ -36,7 +36,7 @@ from . import (
     replica_state,
     rng,
 )
-from .frames import DEFAULT_DEPTH, ir_frames, library_caller, user_frames
+from .frames import DEFAULT_DEPTH, Frame, ir_frames, library_caller, user_frames
 from .graph import LoweringError, materialize, sync
 from .ir import Node, slot
 from .lowering.registry import LOWERINGS, STATIC_ARGS
@@ -844,6 +844,13 @@ def _run_now() -> None:
 _IR_DEBUG: list[Any] = [False, 8]
 
 
+def debug_frames() -> tuple[Frame, ...] | None:
+    """The user's frames a new IR node records under XLA_IR_DEBUG (None when it is off): every
+    node made outside ``record`` (random ops, factories) needs them, or the notebook cannot name
+    the line that made it."""
+    return ir_frames(_IR_DEBUG[1]) if _IR_DEBUG[0] else None
+
+
 def _set_ir_debug(on: bool) -> None:
     _IR_DEBUG[0] = on
     # Backward nodes take the frames of the forward op they differentiate; autograd's anomaly
@@ -1569,10 +1576,12 @@ def _random(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     src = tuple(acc.operands)
     if func is aten.native_dropout.default:
         outs = ((tuple(self.shape), self.dtype), (tuple(self.shape), torch.bool))
-        return result_of(func, args, kwargs, Node(func, src, (tpl, ktpl), None, None, dev, outs=outs))
+        node = Node(func, src, (tpl, ktpl), None, None, dev, outs=outs, frames=debug_frames())
+        return result_of(func, args, kwargs, node)
     if func is aten.multinomial.default:
-        return wrap(Node(func, src, (tpl, ktpl), _multinomial_checks(args), torch.int64, dev))
-    node = Node(func, src, (tpl, ktpl), tuple(self.shape), self.dtype, dev)
+        shape = _multinomial_checks(args)
+        return wrap(Node(func, src, (tpl, ktpl), shape, torch.int64, dev, frames=debug_frames()))
+    node = Node(func, src, (tpl, ktpl), tuple(self.shape), self.dtype, dev, frames=debug_frames())
     if functional is not None:
         return result_of(func, args, kwargs, node)  # rand_like(x) is laid out as x is
     assign(self, node)
