@@ -22,6 +22,7 @@ so looking can never compile or transfer anything.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import re
@@ -456,6 +457,9 @@ class Watcher:
             f.count += 1
             base = details if details else [d for d in f.details if d not in f.folded]
             f.message, f.details = message, list(base) + f.folded
+            # The line is the key's; the callers are this time's (a function of an earlier cell,
+            # now called from another cell, names the call that ran it now).
+            f.frames = frames or f.frames
             f.graph_hash = graph_hash or f.graph_hash
         self.cell_findings.add(f.id)
         return f
@@ -739,17 +743,19 @@ class Watcher:
         held_by = _name_of(graph.nodes[change.index], self.cells) if change.index is not None else None
         details = [f"the changed value is {held_by}"] if held_by else []
         if change.kind == "baked_value" and change.arg:
+            number = _number_kind(change.old, change.new)
             details.append(
-                "a Python int that changes between calls is baked into the graph: keep it constant "
-                "(pad to a fixed size), or pass it as a tensor"
-            )
+                f"a Python {number} that changes between calls is baked into the graph: keep it constant "
+                + ("(pad to a fixed size), or pass it as a tensor" if number == "int" else
+                   "(the op takes it as a fixed argument), or compute with it as a tensor")
+            )  # fmt: skip
             details += [no_lines] if no_lines else []
             if change.also:  # fixing the first alone would still recompile: name them all
                 shown = "; ".join(change.also[:3]) + ("; ..." if len(change.also) > 3 else "")
                 details.insert(0, f"also changed: {shown}")
             return _Cause(
                 "baked_value",
-                "an integer baked into the graph changed",
+                f"{'an integer' if number == 'int' else 'a Python ' + number} baked into the graph changed",
                 f"{change.op} {change.arg}: {change.old} → {change.new}{self._at(made)}",
                 made,
                 details,
@@ -1056,6 +1062,20 @@ def _site_key(ev: events.CompileEvent, frame: Frame | None) -> tuple[Any, ...]:
     if ev.reason != DYNAMO_INPUT or graph is None:
         return (frame,)
     return (frame, ev.reason, tuple(graph_diff.node_type(graph.nodes[i]) for i in graph.roots))
+
+
+def _number_kind(old: str, new: str) -> str:
+    """What a baked argument's values are, as Python spells them: ``int``, ``float`` or ``value``
+    (a list, a dtype, a bool)."""
+    kinds = set()
+    for text in (old, new):
+        try:
+            kinds.add(type(ast.literal_eval(text)).__name__)
+        except (ValueError, SyntaxError):
+            kinds.add("value")
+    if kinds <= {"int"}:
+        return "int"
+    return "float" if kinds <= {"int", "float"} else "value"
 
 
 def _say_graph_count(f: Finding, function: str, n: int) -> None:

@@ -1,0 +1,78 @@
+"""The notebook layer on programs written as a user writes them, not for xlalab: each plants one
+mistake, and the finding must name its cause and the user's line (in a cell, or a file of theirs).
+
+Cells run in a real IPython shell with the extension loaded (the fixture of tests/test_lab.py).
+"""
+
+from __future__ import annotations
+
+from tests import test_lab
+from tests.test_lab import Shell
+
+shell = test_lab.shell  # the fixture: a real IPython shell with the lab loaded
+
+PRELUDE = """\
+import torch, xlalab.core.xla_model as xm
+import torch.nn.functional as F
+dev = xm.xla_device()
+torch.manual_seed(0)
+"""
+
+
+def test_a_dropout_rate_that_changes_each_step_names_the_dropout_line(shell: Shell) -> None:
+    """A dropout rate annealed by the loop is a float the op bakes into the graph: the finding says
+    a float (not an integer) and names the user's F.dropout line, which IR debug recorded for the
+    random op as for any other."""
+    shell.ok(PRELUDE)
+    out = shell.ok(
+        "for i in range(4):\n"
+        "    h = torch.randn(4, 8).to(dev)\n"
+        "    h = F.dropout(h, p=0.125 * (i + 1))  # ANNEALED\n"
+        "    xm.mark_step()\n"
+    )
+    loop = shell.sh.execution_count - 1
+    assert "Recompiled: a Python float baked into the graph changed" in out, out
+    assert "aten::native_dropout p: 0.375 → 0.5" in out, out
+    line = "h = F.dropout(h, p=0.125 * (i + 1))  # ANNEALED"
+    assert f"at cell [{loop}], line 3 in <module>: {line}" in out, out
+    assert "a Python float that changes between calls" in out, out
+    assert "%xla_debug on" not in out, out  # IR debug is on: the line is known
+
+
+def test_a_factory_size_that_changes_names_the_factory_line(shell: Shell) -> None:
+    """``torch.arange(n, device=dev)`` bakes n into the graph: its line is the cause."""
+    shell.ok(PRELUDE)
+    shell.ok(
+        "def positions(n):\n"
+        "    pos = torch.arange(n, device=dev)  # POSITIONS\n"
+        "    out = (pos * 2).sum()\n"
+        "    xm.mark_step()\n"
+        "    return out\n"
+    )
+    defined = shell.sh.execution_count - 1
+    shell.ok("for _ in range(2):\n    positions(6)")
+    out = shell.ok("positions(7)")
+    assert "Recompiled: an integer baked into the graph changed" in out, out
+    assert "aten::arange end: 6 → 7" in out, out
+    line = "pos = torch.arange(n, device=dev)  # POSITIONS"
+    assert f"at cell [{defined}], line 2 in positions: {line}" in out, out
+
+
+def test_a_fallback_in_a_function_of_an_earlier_cell_names_the_call_that_ran_it_now(shell: Shell) -> None:
+    """A model's forward defined in one cell, called from two later cells: the finding stays at the
+    forward's line, and its callers are the call that ran it this time, not the first cell's."""
+    shell.ok(
+        PRELUDE + "def forward(x):\n"
+        "    idx = torch.nonzero(x > 0)  # DATA-DEPENDENT\n"
+        "    return idx\n"
+    )
+    defined = shell.sh.execution_count - 1
+    out = shell.ok("a = forward(torch.randn(4).to(dev))")
+    assert f"cell [{defined + 1}], line 1 in <module>: a = forward(" in out, out
+    out = shell.ok("def step(x):\n    return forward(x)  # CALLER\n\nb = step(torch.randn(4).to(dev))")
+    now = shell.sh.execution_count - 1
+    assert "aten::nonzero ran on the CPU" in out, out
+    assert f"at cell [{defined}], line 6 in forward: idx = torch.nonzero(x > 0)  # DATA-DEPENDENT" in out, out
+    assert f"cell [{now}], line 2 in step: return forward(x)  # CALLER" in out, out
+    assert f"cell [{now}], line 4 in <module>: b = step(" in out, out
+    assert f"cell [{defined + 1}]" not in out, out
