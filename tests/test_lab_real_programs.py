@@ -6,6 +6,10 @@ Cells run in a real IPython shell with the extension loaded (the fixture of test
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from tests import test_lab
 from tests.test_lab import Shell
 
@@ -76,3 +80,48 @@ def test_a_fallback_in_a_function_of_an_earlier_cell_names_the_call_that_ran_it_
     assert f"cell [{now}], line 2 in step: return forward(x)  # CALLER" in out, out
     assert f"cell [{now}], line 4 in <module>: b = step(" in out, out
     assert f"cell [{defined + 1}]" not in out, out
+
+
+USER_MODULE = '''\
+import torch
+
+
+class Head(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        h = self.fc(x)
+        positive = h[h > 0]  # MASKED
+        return h, positive.sum()
+
+
+def train_step(model, opt, x, xm):
+    h, s = model(x)
+    loss = h.pow(2).mean() + s
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    xm.mark_step()
+'''
+
+
+def test_a_mask_index_in_a_users_module_file_names_the_file_line_and_the_input_it_made(
+    shell: Shell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model and its step in a .py file of the user's: the fallback is at file:line, and the
+    inputs its data-dependent result resized (no variable holds them at the barrier: locals of a
+    function that returned) are named by that line, not as 'input 0'."""
+    (tmp_path / "heads_mod.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    shell.ok(PRELUDE + "import heads_mod\nhead = heads_mod.Head(7).to(dev)\n"
+             "opt = torch.optim.SGD(head.parameters(), lr=0.1)\n")  # fmt: skip
+    out = shell.ok("for i in range(4):\n    heads_mod.train_step(head, opt, torch.randn(2, 7).to(dev), xm)")
+    loop = shell.sh.execution_count - 1
+    assert "aten::index ran on the CPU (4 times)" in out, out
+    assert "at heads_mod.py:11 in forward: positive = h[h > 0]  # MASKED" in out, out
+    assert "heads_mod.py:16 in train_step: h, s = model(x)" in out, out
+    assert f"cell [{loop}], line 2 in <module>: heads_mod.train_step(" in out, out
+    assert "the input sent at heads_mod.py:11: f32[" in out, out
+    assert "input 0" not in out, out

@@ -175,7 +175,9 @@ _SHAPE_CAUSES = ("input_shape", "baked_value", "output_shape")
 
 
 def _first_and_last(changes: list[str]) -> str:
-    """A run of changes said short: all of two, the first and the latest of more."""
+    """A run of changes said short: all of two, the first and the latest of more (a change said
+    once for several graphs in a row that saw it)."""
+    changes = [c for i, c in enumerate(changes) if i == 0 or c != changes[i - 1]]
     return "; ".join(changes) if len(changes) <= 2 else f"{changes[0]}; ...; {changes[-1]}"
 
 
@@ -816,14 +818,19 @@ class Watcher:
         where: Frame | None = None
         for change in changes:
             node = graph.nodes[change.index]
-            name = _name_of(node, self.cells) or f"input {change.input_position}"
+            sent = self._sent_at(node)
+            # No variable holds it when the barrier runs (a local of a function that returned):
+            # named by the line that sent it, which the user can find.
+            held = _name_of(node, self.cells)
+            name = held or (f"the input sent at {self._label(sent)}" if sent else "")
+            name = name or f"input {change.input_position}"
             parts.append(f"{name}: {change.old} → {change.new}")
             changed.append((name, change.old, change.new))
-            sent = self._sent_at(node)
             if sent is None:
                 continue
             where = where or sent
-            details.append(f"{name} was sent to the device{self._at(sent)}")
+            src = self.cells.source_line(sent)
+            details.append(f"{name} was sent to the device{self._at(sent)}" if held else f"{name}: {src}")
             dynamic = self._dynamic_ops.get(sent)
             if dynamic is not None:
                 details.insert(
