@@ -125,3 +125,23 @@ def test_a_mask_index_in_a_users_module_file_names_the_file_line_and_the_input_i
     assert f"cell [{loop}], line 2 in <module>: heads_mod.train_step(" in out, out
     assert "the input sent at heads_mod.py:11: f32[" in out, out
     assert "input 0" not in out, out
+
+
+def test_torchs_own_machinery_is_never_named_as_the_library_that_called_a_fallback(shell: Shell) -> None:
+    """The autograd engine that runs backward, and the Python reference torch.special.zeta runs
+    as, are torch's plumbing: the finding names the user's line only, with no 'call is inside'."""
+    shell.ok(PRELUDE)
+    out = shell.ok(
+        "x = torch.tensor([1.0, -1.0, 2.0, 0.5], device=dev, requires_grad=True)\n"
+        "kept = x[x > 0]  # FORWARD\n"
+        "kept.sum().backward()\n"
+        "z = torch.special.zeta(x.detach() + 2, torch.full_like(x, 1.0))  # ZETA\n"
+    )
+    cell = shell.sh.execution_count - 1
+    backward = out.split("xlalab: aten::index_put ran on the CPU", 1)[1].split("xlalab:", 1)[0]
+    assert "it is the backward of a boolean-mask index (x[mask])" in backward, out
+    assert f"at cell [{cell}], line 2 in <module>: kept = x[x > 0]  # FORWARD" in backward, out
+    assert f"cell [{cell}], line 3 in <module>: kept.sum().backward()" in backward, out
+    zeta = out.split("xlalab: aten::zeta ran on the CPU", 1)[1].split("xlalab:", 1)[0]
+    assert f"at cell [{cell}], line 4 in <module>: z = torch.special.zeta(" in zeta, out
+    assert "the call is inside" not in out, out

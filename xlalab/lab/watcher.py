@@ -1009,7 +1009,7 @@ class Watcher:
             )
             if ev.op in STATIC_FORMS:
                 details.append(STATIC_FORMS[ev.op])
-        elif ev.reason == events.MASKED_VALUES and inside is not None and "torch/autograd/" in inside.file:
+        elif ev.reason == events.MASKED_VALUES and ev.backward:
             details.append(MASK_BACKWARD)
         plain = ev.reason in ("", events.NO_LOWERING)
         return self._finding(

@@ -106,6 +106,7 @@ class FallbackEvent(Event):
     # values (a boolean mask's), so XLA cannot compile it.
     reason: str = ""
     data_dependent: bool = False
+    backward: bool = False  # it ran inside backward(), for a forward op it differentiates
 
 
 @dataclass(frozen=True)

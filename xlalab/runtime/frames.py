@@ -109,8 +109,13 @@ def ir_frames(limit: int) -> tuple[Frame, ...]:
 
 
 # torch's own plumbing between a read and the code that asked for it (Tensor.__bool__, item,
-# __torch_function__ handling): never the line a user would look for.
-_TORCH_PLUMBING = ("_tensor.py", "_ops.py", "overrides.py", "_compile.py", "utils" + os.sep)
+# __torch_function__ handling, the autograd engine that runs backward, the Python references
+# and decompositions a torch function runs as, and dynamo's wrappers around them): never the
+# line a user would look for.
+_TORCH_PLUMBING = (
+    "_tensor.py", "_ops.py", "overrides.py", "_compile.py", "utils" + os.sep, "autograd" + os.sep,
+    "_refs" + os.sep, "_prims", "_decomp" + os.sep, "_dynamo" + os.sep,  # _prims: and _prims_common
+)  # fmt: skip
 
 
 def library_caller() -> Frame | None:

@@ -1758,7 +1758,8 @@ def _publish_fallback(func: OpOverload, args: tuple[Any, ...], name: str, second
         reason, data_dependent = fallback_reason(func, args)
         # Inside backward the line is the forward op's that this one differentiates (kept by
         # anomaly mode under XLA_IR_DEBUG), then the line that called backward().
-        forward = ir_frames(DEFAULT_DEPTH[0]) if torch._C._current_autograd_node() is not None else ()
+        backward = torch._C._current_autograd_node() is not None
+        forward = ir_frames(DEFAULT_DEPTH[0]) if backward else ()
         events.publish(
             events.FallbackEvent(
                 op=name,
@@ -1767,6 +1768,7 @@ def _publish_fallback(func: OpOverload, args: tuple[Any, ...], name: str, second
                 inside=library_caller(),
                 reason=reason,
                 data_dependent=data_dependent,
+                backward=backward,
             )
         )
 
