@@ -145,3 +145,24 @@ def test_torchs_own_machinery_is_never_named_as_the_library_that_called_a_fallba
     zeta = out.split("xlalab: aten::zeta ran on the CPU", 1)[1].split("xlalab:", 1)[0]
     assert f"at cell [{cell}], line 4 in <module>: z = torch.special.zeta(" in zeta, out
     assert "the call is inside" not in out, out
+
+
+def test_a_size_passed_to_a_device_factory_is_an_integer_baked_at_its_line(shell: Shell) -> None:
+    """``torch.randn(n, 8, device=dev)`` with n from the caller: the graph's empty tensor changed
+    size because Python passed another size, said as the integer it is, at the factory's line."""
+    shell.ok(PRELUDE)
+    shell.ok(
+        "w = torch.randn(8, 3).to(dev)\n"
+        "def noisy(n):\n"
+        "    noise = torch.randn(n, 8, device=dev)  # NOISE\n"
+        "    out = (noise @ w).sum()\n"
+        "    xm.mark_step()\n"
+        "    return out\n"
+    )
+    defined = shell.sh.execution_count - 1
+    shell.ok("for _ in range(2):\n    noisy(9)")
+    out = shell.ok("noisy(10)")
+    assert "Recompiled: an integer baked into the graph changed" in out, out
+    line = "noise = torch.randn(n, 8, device=dev)  # NOISE"
+    assert f"size: [9, 8] → [10, 8] at cell [{defined}], line 3: {line}" in out, out
+    assert "output shape" not in out, out

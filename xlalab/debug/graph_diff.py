@@ -45,7 +45,8 @@ class NodeSig:
     """A node's identity for diffing: op name, type, structural hash (which covers baked-in
     static arguments), whether it is an input, where user code created it (IR debug), the
     static arguments it baked into the graph (``(("end", "3"),)``) and whether the graph
-    returns it (a live tensor holds it)."""
+    returns it (a live tensor holds it); ``factory``: an op that reads no operand (``arange``,
+    the empty tensor ``randn(n, 8, device=dev)`` fills), whose shape is Python's sizes."""
 
     name: str
     type: str
@@ -54,6 +55,7 @@ class NodeSig:
     made: Frame | None
     consts: tuple[tuple[str, str], ...] = ()
     output: bool = False
+    factory: bool = False
 
     def same_node(self, other: NodeSig) -> bool:
         """Equal but for being an output."""
@@ -146,7 +148,7 @@ def signature(graph: Any) -> tuple[NodeSig, ...]:
         sig.append(
             NodeSig(
                 n.name, node_type(n), int(n.hash), leaf, frames[0] if frames else None,
-                () if leaf else constants(n), i in roots,
+                () if leaf else constants(n), i in roots, not leaf and not n.src,
             )
         )  # fmt: skip
     return tuple(sig)
@@ -213,6 +215,9 @@ def first_change(old: Sequence[NodeSig], new: Sequence[NodeSig]) -> Change:
             also = [f"{n}: {x} → {y}" for (n, x), (_, y) in changed[1:]]
             also += [_baked(x, y) for x, y in zip(old[i + 1 :], new[i + 1 :]) if _same_but_baked(x, y)]
             return Change("baked_value", i, b.name, was, now, b.made, arg=name, also=tuple(also))
+        if a.type != b.type and b.factory and _dims(a.type) != _dims(b.type):
+            # A factory's shape is the sizes Python passed it: an integer baked into the graph.
+            return Change("baked_value", i, b.name, _dims(a.type), _dims(b.type), b.made, arg="size")
         if a.type != b.type:
             return Change("output_shape", i, b.name, a.type, b.type, b.made)
         return Change("baked_value", i, b.name, a.type, b.type, b.made)
@@ -274,6 +279,12 @@ def _ops_change(old: Sequence[NodeSig], new: Sequence[NodeSig], i: int) -> Chang
 
 def _next_op(sig: Sequence[NodeSig], start: int) -> int | None:
     return next((k for k in range(start, len(sig)) if not sig[k].leaf), None)
+
+
+def _dims(ty: str) -> str:
+    """A type's sizes as Python writes them: ``f32[4,8]`` -> ``[4, 8]``."""
+    dims = ty.partition("[")[2].rstrip("]")
+    return "[" + ", ".join(d for d in dims.split(",") if d) + "]"
 
 
 def _outputs(n: int) -> str:

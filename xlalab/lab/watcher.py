@@ -1072,12 +1072,20 @@ def _site_key(ev: events.CompileEvent, frame: Frame | None) -> tuple[Any, ...]:
 
 
 def _number_kind(old: str, new: str) -> str:
-    """What a baked argument's values are, as Python spells them: ``int``, ``float`` or ``value``
-    (a list, a dtype, a bool)."""
-    kinds = set()
+    """What a baked argument's values are, as Python spells them: ``int`` (or a list of ints, as a
+    size), ``float`` or ``value`` (a dtype, a bool)."""
+    kinds: set[str] = set()
+
+    def add(value: Any) -> None:
+        if isinstance(value, (list, tuple)):  # sizes: what their items are
+            for v in value:
+                add(v)
+        else:
+            kinds.add(type(value).__name__)
+
     for text in (old, new):
         try:
-            kinds.add(type(ast.literal_eval(text)).__name__)
+            add(ast.literal_eval(text))
         except (ValueError, SyntaxError):
             kinds.add("value")
     if kinds <= {"int"}:
