@@ -166,3 +166,30 @@ def test_a_size_passed_to_a_device_factory_is_an_integer_baked_at_its_line(shell
     line = "noise = torch.randn(n, 8, device=dev)  # NOISE"
     assert f"size: [9, 8] → [10, 8] at cell [{defined}], line 3: {line}" in out, out
     assert "output shape" not in out, out
+
+
+def test_gradient_accumulation_is_warm_up_not_a_recompilation(shell: Shell) -> None:
+    """Accumulating gradients over two batches steps the optimizer at the second graph: its state
+    appears there, and the graph after it (the state read, not created) is warm-up as at step 2 of
+    any loop. The loop settles on two graphs and says nothing; a real change later still warns."""
+    shell.ok(
+        PRELUDE + "model = torch.nn.Sequential(torch.nn.Linear(6, 17), torch.nn.ReLU(),\n"
+        "                      torch.nn.Linear(17, 3))\n"
+        "model = model.to(dev)\n"
+        "opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+        "def train(steps, batch=4):\n"
+        "    for step in range(steps):\n"
+        "        x, y = torch.randn(batch, 6).to(dev), torch.randint(0, 3, (batch,)).to(dev)\n"
+        "        loss = F.cross_entropy(model(x), y) / 2\n"
+        "        loss.backward()\n"
+        "        if (step + 1) % 2 == 0:\n"
+        "            opt.step()\n"
+        "            opt.zero_grad()\n"
+        "        xm.mark_step()\n"
+    )
+    assert "xlalab" not in shell.ok("train(8)"), "accumulation warned"
+    out = shell.ok("train(2, batch=5)")
+    # Each kind of step is compared with its own earlier graph, not with the other kind.
+    assert out.count("xlalab: Recompiled") == 1, out
+    assert "Recompiled: an input's shape changed" in out, out
+    assert "x: f32[4,6] → f32[5,6]" in out and "y: s64[4] → s64[5]" in out, out

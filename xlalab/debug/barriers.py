@@ -38,6 +38,10 @@ class BarrierWatch:
     frames: tuple[Frame, ...] = ()  # the user frames of the latest optimizer.step() call
     first_frames: tuple[Frame, ...] = ()
     said: int = 0  # ``steps`` when a missing barrier was last reported (0: not reported)
+    # An optimizer created state (momentum, Adam's moments) since the last barrier: its first step,
+    # whose graph the next one at the same place replaces as warm-up, wherever it falls.
+    created_state: bool = False
+    _state_sizes: dict[int, int] = field(default_factory=dict)  # optimizer id -> len(state) before its step
     _handles: list[Any] = field(default_factory=list)
     _unsubscribe: Callable[[], None] | None = None
 
@@ -46,8 +50,9 @@ class BarrierWatch:
         runtime's events, calls ``barrier()`` at every step barrier itself."""
         if self._handles:
             return
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+        self._handles.append(register_optimizer_step_pre_hook(self._stepping))
         self._handles.append(register_optimizer_step_post_hook(self._stepped))
         if listen:
             self._unsubscribe = events.subscribe(self._on_event)
@@ -60,9 +65,15 @@ class BarrierWatch:
             self._unsubscribe()
             self._unsubscribe = None
 
+    def _stepping(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._state_sizes[id(optimizer)] = len(getattr(optimizer, "state", ()))
+
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        before = self._state_sizes.pop(id(optimizer), None)
         if not _on_xla(optimizer):
             return
+        if before is not None and len(getattr(optimizer, "state", ())) > before:
+            self.created_state = True
         if not _left_pending(optimizer):
             # The step's updates are on the device already: it ran (a compiled optimizer step,
             # eager debug mode), as a barrier would have made it. Nothing grows.
@@ -78,6 +89,7 @@ class BarrierWatch:
             self.barrier()
 
     def barrier(self) -> None:
+        self.created_state = False
         self.steps = self.said = 0
         self.frames = self.first_frames = ()
 

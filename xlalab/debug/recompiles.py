@@ -8,7 +8,10 @@ changed, which warm-up does not explain). Once the place has settled (two compil
 graph served from the cache), every new variant is a recompilation.
 
 The notebook (``xlalab.lab.watcher``), ``PT_XLA_DEBUG`` and ``xlalab debug-run`` all judge
-recompilations by this one rule, so they agree on what is a warning.
+recompilations by this one rule, so they agree on what is a warning. The notebook, which sees
+optimizer steps as they run, also counts as warm-up the graph after the step that created the
+optimizer's state where that step is not the first (a loop that accumulates gradients steps at
+its second graph or later); ``debug-run`` reads dumped graphs and cannot tell that step apart.
 """
 
 from __future__ import annotations

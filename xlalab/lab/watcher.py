@@ -68,6 +68,7 @@ MASK_BACKWARD = (
     "there keeps both on the device"
 )
 KEEP_GRAPHS = 32
+KEEP_VARIANTS = 4  # graphs kept per place to compare a new one with
 # Compiled mode (xlalab.dynamo) events, told apart by kind and compile reason: the watcher reads
 # their fields by name, so the notebook layer does not import the dynamo package.
 GRAPH_BREAK = "graph_break"
@@ -144,6 +145,10 @@ class _Site:
     compiles: int = 0
     hits: int = 0
     reads: tuple[Frame | None, ...] = ()  # lines that cut the step before the last compile here
+    created_state: bool = False  # the last graph compiled here is a step that created optimizer state
+    # Graphs compiled here before the last (signature, hash), newest last: a loop whose steps
+    # alternate (accumulating gradients, then stepping) compiles each kind's variants here.
+    earlier: list[tuple[tuple[graph_diff.NodeSig, ...], int]] = field(default_factory=list)
 
 
 @dataclass
@@ -500,6 +505,10 @@ class Watcher:
         """A graph compiled at ``site`` against the one compiled there before: a finding when it
         is a recompilation, saying what changed."""
         site.compiles += 1
+        # The graph after an optimizer's first step (it created its state) is warm-up too, as at
+        # step 2, also where that step comes later (a loop that accumulates gradients first).
+        warm_up = warm_up or site.created_state
+        site.created_state = self.barriers.created_state
         graph = ev.graph
         if graph is None:
             return None
@@ -510,6 +519,14 @@ class Watcher:
         if previous is None:
             site.reads = tuple(fr[0] if fr else None for _, fr in self._step_reads)
             return None
+        site.earlier = [*site.earlier, (previous, previous_hash)][-KEEP_VARIANTS:]
+        # Compared with the newest graph here of the same ops, where there is one: the variant
+        # this one replaces (the other kind of an alternating step is not what changed).
+        names = [b.name for b in sig]
+        previous, previous_hash = next(
+            (e for e in reversed(site.earlier) if recompiles.same_ops([a.name for a in e[0]], names)),
+            site.earlier[-1],
+        )
         # Warm-up (the optimizer's state appears at step 2) is not worth a word: the shared rule.
         same_ops = recompiles.same_ops([a.name for a in previous], [b.name for b in sig])
         if not recompiles.is_recompile(warm_up=warm_up, same_op_sequence=same_ops):
