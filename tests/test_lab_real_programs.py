@@ -193,3 +193,33 @@ def test_gradient_accumulation_is_warm_up_not_a_recompilation(shell: Shell) -> N
     assert out.count("xlalab: Recompiled") == 1, out
     assert "Recompiled: an input's shape changed" in out, out
     assert "x: f32[4,6] → f32[5,6]" in out and "y: s64[4] → s64[5]" in out, out
+
+
+COMPILED_MODULE = '''\
+import torch
+
+
+def normalize(x):
+    m = x.mean(dim=1, keepdim=True)
+    if m.sum() > 0:  # BRANCH
+        x = x - m
+    return x / (x.std(dim=1, keepdim=True) + 1e-5)
+'''
+
+
+def test_a_graph_break_in_a_users_file_says_the_branch_in_words_and_the_call_that_ran_it(
+    shell: Shell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compiled function of the user's .py file branches on a tensor: dynamo's only words are
+    'generic_jump TensorVariable()'; the finding says what that is, at file:line, then the cell's
+    call that ran the function."""
+    (tmp_path / "norm_mod.py").write_text(COMPILED_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    shell.ok(PRELUDE + "import xlalab.dynamo, norm_mod\n"
+             "norm = torch.compile(norm_mod.normalize, backend='xlalab')\n")  # fmt: skip
+    out = shell.ok("a = norm(torch.randn(4, 7).to(dev))")
+    cell = shell.sh.execution_count - 1
+    assert "Graph break in normalize" in out, out
+    assert "a Python if/while on a tensor's value (dynamo: generic_jump TensorVariable" in out, out
+    assert "at norm_mod.py:6 in normalize: if m.sum() > 0:  # BRANCH" in out, out
+    assert f"cell [{cell}], line 1 in <module>: a = norm(torch.randn(4, 7).to(dev))" in out, out

@@ -314,6 +314,8 @@ def note_dynamo_graph(gm: Any) -> str:
             # torch.optim's step is at the user's ``opt.step()``).
             frames = tuple(Frame(s.filename, s.lineno or 0, s.name) for s in reversed(stack))
             frames = tuple(f for f in frames if not f.file.startswith(_TORCH_DIR)) or frames
+            # then the call that ran the compiled function (the user's frames on the stack now)
+            frames += tuple(f for f in user_frames() if f not in frames)
             advice = break_advice(reason)
             events.publish(GraphBreakEvent(function=rep.name, reason=reason, advice=advice, frames=frames))
     guard = _recompile_reason() if index == 0 or code is not None else None
@@ -381,7 +383,10 @@ def break_reason(text: str) -> str:
             line = line[len("Explanation:") :].strip()
         if line:
             sentences.append(line if line.endswith((".", "!", "?", ":")) else line + ".")
-    return " ".join(sentences[:4]) if sentences else text
+    said = " ".join(sentences[:4]) if sentences else text
+    if said.startswith("generic_jump TensorVariable"):  # dynamo's only words for `if tensor:`
+        said = f"a Python if/while on a tensor's value (dynamo: {said.rstrip('.')})."
+    return said
 
 
 def guard_text(guard: str) -> str:
