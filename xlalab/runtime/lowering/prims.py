@@ -28,6 +28,7 @@ from xlalab.runtime.lowering.elementwise import (
     safe_exp,
     smaller,
     tanh,
+    via_float64,
 )
 from xlalab.runtime.lowering.registry import LOWERINGS, lowering
 
@@ -55,7 +56,7 @@ _UNARY: dict[str, Callable[[Array], Array]] = {
     "sin": _float_math(jnp.sin),
     "cos": _float_math(jnp.cos),
     "tanh": _float_math(tanh),
-    "erf": _float_math(lax.erf),
+    "erf": _float_math(via_float64(lax.erf)),
     "reciprocal": _float_math(lambda x: 1 / x),
     "floor": jnp.floor,
     "ceil": jnp.ceil,
