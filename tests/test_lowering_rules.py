@@ -413,6 +413,8 @@ _UNARY_INPUTS: dict[str, Callable[[], torch.Tensor]] = {
 for _name, _make in _UNARY_INPUTS.items():
     case(getattr(aten, _name).default, lambda mk=_make: (mk(),), 1e-5, 1e-6)
 case(aten.digamma.default, lambda: (SPECIAL(),), 1e-5, 1e-6)  # an infinity at each zero, signed
+case(aten.special_entr.default, lambda: (torch.cat([SPECIAL(), P(7)]),), 1e-6, 1e-7)  # 0 at 0, -inf below
+case(aten.special_ndtr.default, lambda: (R(7) * 3,), 1e-6, 1e-7)
 for _bessel in (aten.special_i1.default, aten.special_i1e.default):
     case(_bessel, lambda: (SPECIAL(),), 1e-5, 1e-6)  # i1(-0.0) is +0.0
 case(aten.softshrink.default, lambda: (torch.cat([SPECIAL(), R(7)]), 0.5))  # +0.0 inside, NaN through

@@ -1023,6 +1023,19 @@ def _times_log(
     return jnp.where(jnp.isnan(other), other, out)
 
 
+@lowering(aten.special_entr.default, result_dtype=True)
+def _entr(x: Array, result_dtype: Any = None) -> Array:
+    """``-x * log(x)`` for x > 0, 0 at 0, -inf below, as eager's kernel: in a half type its log is
+    rounded to that type before the product. (torch's decomposition, which ran before, takes the
+    product of the float32 log: entr(0.1) in bfloat16 was 0.2305, eager's 0.2295.)"""
+    if is_integral(x):
+        x = x.astype(jnp.float32)
+    wide = compute_float(x)
+    product = -wide * rounded_to(result_dtype)(via_float64(log_exact)(wide))
+    out = jnp.where(x > 0, product, jnp.where(x == 0, 0.0, -jnp.inf).astype(wide.dtype))
+    return jnp.where(jnp.isnan(wide), wide, out)
+
+
 # --- selection, fill, copy ------------------------------------------------------------
 
 
