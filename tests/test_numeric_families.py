@@ -36,15 +36,22 @@ def _ulps(eager: torch.Tensor, lazy: torch.Tensor) -> float:
 
 @pytest.mark.parametrize(
     ("fn", "ulps"),
-    [(torch.lgamma, 16.0), (torch.erf, 1.0), (torch.erfc, 1.0), (lambda x: torch.erfinv(x / 13), 1.0)],
-    ids=["lgamma", "erf", "erfc", "erfinv"],
+    [
+        (torch.lgamma, 16.0),
+        (torch.erf, 1.0),
+        (torch.erfc, 1.0),
+        (lambda x: torch.erfinv(x / 13), 1.0),
+        (torch.special.log_ndtr, 3.0),  # log1p(-erfc(x / sqrt(2)) / 2) from 0 up; eager's erfcx below
+    ],
+    ids=["lgamma", "erf", "erfc", "erfinv", "log_ndtr"],
 )
 def test_float32_special_functions_within_ulps_of_eager(
     fn: Callable[[torch.Tensor], torch.Tensor], ulps: float, dev: torch.device
 ) -> None:
     # XLA's float32 lgamma, erf, erfc and erf_inv were up to 4e6, 3.5, 54 and 36 ulps off eager
-    # (lgamma(1.0) was 4.8e-7); they are computed in float64 and rounded. erfc stops above 9,
-    # where eager's result is subnormal and XLA on the CPU flushes it (docs/runtime.md).
+    # (lgamma(1.0) was 4.8e-7), and log_ndtr's erfc 9 ulps; they are computed in float64 and
+    # rounded. The grid stops at 9, above which erfc's float32 result is subnormal and XLA on the
+    # CPU flushes it (docs/runtime.md).
     x = _GRID[_GRID < 9]
     eager = fn(x)
     lazy = fn(x.to(dev)).cpu()

@@ -1181,7 +1181,7 @@ def _log_ndtr(x: Array) -> Array:
     # torch's calc_log_ndtr: the scaled complementary error function below -1, log1p above.
     t = x * jnp.asarray(math.sqrt(0.5), x.dtype)
     lower = jnp.log(erfcx(-t) / 2) - t * t
-    upper = jnp.log1p(-lax.erfc(t) / 2)
+    upper = jnp.log1p(-via_float64(lax.erfc)(t) / 2)
     return jnp.where(x < -1, lower, upper)
 for _op, _fn in _SPECIAL_UNARY.items():
     lowering(_op)(_float_unary(_fn))
