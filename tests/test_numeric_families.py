@@ -149,3 +149,16 @@ def test_float64_erfc_tail_is_within_ulps_of_eager(dev: torch.device) -> None:
     eager = torch.erfc(x)
     lazy = torch.erfc(x.to(dev)).cpu()
     assert _ulps(eager, lazy) <= 6.0
+
+
+def test_float64_log1p_is_within_an_ulp_of_eager(dev: torch.device) -> None:
+    # XLA's float64 log1p was up to 128 ulps off between -0.5 and -0.1, which a binary cross
+    # entropy's log(1 - p) takes for p in (0.1, 0.5); the lowerings that take log1p share it.
+    edges = torch.tensor([-1.0, -0.0, 1e-300, float("inf")], dtype=torch.float64)
+    x = torch.cat([torch.linspace(-0.99, 3, 4000, dtype=torch.float64), edges])
+    assert _ulps(torch.log1p(x), torch.log1p(x.to(dev)).cpu()) <= 1.0
+    p = torch.linspace(0.01, 0.99, 300, dtype=torch.float64)
+    target = torch.zeros_like(p)
+    eager = torch.nn.functional.binary_cross_entropy(p, target, reduction="none")
+    lazy = torch.nn.functional.binary_cross_entropy(p.to(dev), target.to(dev), reduction="none").cpu()
+    assert _ulps(eager, lazy) <= 1.0

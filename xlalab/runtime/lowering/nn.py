@@ -27,6 +27,7 @@ from xlalab.runtime.lowering.elementwise import (
     compute_float,
     exact_divisor,
     larger,
+    log1p,
     safe_exp,
     smaller,
     tanh,
@@ -649,7 +650,7 @@ def _loss_norm(x: Array, reduction: int) -> float:
 @lowering(aten.binary_cross_entropy.default)
 def _binary_cross_entropy(x: Array, target: Array, weight: Array | None = None, reduction: int = 1) -> Array:
     # torch clamps both logs at -100 so that probabilities of exactly 0 or 1 stay finite.
-    loss = (target - 1) * jnp.maximum(jnp.log1p(-x), -100) - target * jnp.maximum(jnp.log(x), -100)
+    loss = (target - 1) * jnp.maximum(log1p(-x), -100) - target * jnp.maximum(jnp.log(x), -100)
     return _reduce_loss(loss if weight is None else loss * weight, reduction)
 
 
@@ -666,7 +667,7 @@ def _binary_cross_entropy_with_logits(
     x: Array, target: Array, weight: Array | None = None, pos_weight: Array | None = None, reduction: int = 1
 ) -> Array:
     # softplus(-x) written so that neither exp overflows: log1p(exp(-|x|)) + max(-x, 0).
-    softplus_neg = jnp.log1p(safe_exp(-jnp.abs(x))) + jnp.maximum(-x, 0)
+    softplus_neg = log1p(safe_exp(-jnp.abs(x))) + jnp.maximum(-x, 0)
     log_weight = 1 if pos_weight is None else (pos_weight - 1) * target + 1
     loss = (1 - target) * x + log_weight * softplus_neg
     return _reduce_loss(loss if weight is None else loss * weight, reduction)
@@ -886,7 +887,7 @@ def _softplus(x: Array, beta: Scalar = 1, threshold: Scalar = 20) -> Array:
     # Above the threshold softplus is linear; torch returns x itself there. In float opmath for
     # half precision, as torch's kernel: exp(x) of a half overflows from x = 11.1.
     xf = compute_float(x)
-    return jnp.where(xf * beta > threshold, xf, jnp.log1p(safe_exp(xf * beta)) / beta).astype(x.dtype)
+    return jnp.where(xf * beta > threshold, xf, log1p(safe_exp(xf * beta)) / beta).astype(x.dtype)
 
 
 @lowering(aten.softplus_backward.default)
@@ -937,7 +938,7 @@ def _log_sigmoid_forward(x: Array) -> tuple[Array, Array]:
     # log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)); the buffer is exp(-|x|), as torch's
     # CPU kernel saves it (our backward does not need it, so XLA usually drops it).
     buffer = safe_exp(-jnp.abs(x))
-    return jnp.minimum(x, 0) - jnp.log1p(buffer), buffer
+    return jnp.minimum(x, 0) - log1p(buffer), buffer
 
 
 @lowering(aten.log_sigmoid_backward.default)
