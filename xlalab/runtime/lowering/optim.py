@@ -1,5 +1,5 @@
-"""Fused optimizer steps (``torch.optim.Adam(fused=True)``, ``AdamW(fused=True)``) and the two
-ops of ``GradScaler`` that feed them (at the end of the module).
+"""Fused optimizer steps (``torch.optim.Adam/AdamW/SGD/Adagrad(fused=True)``) and the two ops of
+``GradScaler`` that feed them (at the end of the module).
 
 The fused optimizers (AdamW's is Hugging Face Trainer's default, ``adamw_torch_fused``) hand the
 whole update of a parameter group to one op, ``aten._fused_adam_``/``_fused_adamw_``, which writes
@@ -21,13 +21,17 @@ the lazy step equals the eager one to the last bit or two:
 * with ``found_inf`` equal to 1 (GradScaler found an inf/NaN) nothing is written, gradients
   included, exactly as the kernel returns early.
 
+SGD's (``_fused_sgd_``) and Adagrad's (``_fused_adagrad_``) steps are recorded the same way and
+follow their CPU kernels (``FusedSGDKernel.cpp``, ``FusedAdagradKernel.cpp``) likewise.
+
 The learning rate is a graph input (a float64 scalar), so a scheduler changing it every step
-does not recompile; betas, eps and weight decay are baked into the graph.
+does not recompile; betas, eps, momentum and weight decay are baked into the graph.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -45,27 +49,60 @@ aten = torch.ops.aten
 
 Array = jax.Array
 
-LISTS = ("self", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs", "state_steps")
-OPTIONS = ("lr", "beta1", "beta2", "weight_decay", "eps", "amsgrad", "maximize", "grad_scale", "found_inf")
+@dataclass(frozen=True)
+class Family:
+    """The list arguments of one kind of fused step, as its schema names them.
 
-INPLACE: dict[OpOverload, bool] = {  # overload -> decoupled weight decay (AdamW)
-    aten._fused_adam_.default: False,
-    aten._fused_adam_.tensor_lr: False,
-    aten._fused_adamw_.default: True,
-    aten._fused_adamw_.tensor_lr: True,
+    ``optional`` is the list a call leaves empty when its option does not use it (AMSGrad's
+    maxima, SGD's momentum buffers without momentum). ``state_steps`` holds step counts: read,
+    never written. The gradients are written when the kernel unscales them (``grad_scale``); the
+    parameters and the other lists always."""
+
+    lists: tuple[str, ...]
+    optional: str | None = None
+    uses_optional: Callable[[dict[str, Any]], bool] = lambda call: True
+
+    def used(self, call: dict[str, Any], name: str) -> bool:
+        return name != self.optional or self.uses_optional(call)
+
+    def written(self, call: dict[str, Any]) -> tuple[bool, ...]:
+        """Per list: whether the kernel writes it."""
+        return tuple(
+            call["grad_scale"] is not None if name == "grads"
+            else name != "state_steps" and self.used(call, name)
+            for name in self.lists
+        )  # fmt: skip
+
+
+ADAM = Family(
+    ("self", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs", "state_steps"),
+    "max_exp_avg_sqs", lambda call: bool(call["amsgrad"]),
+)  # fmt: skip
+SGD = Family(
+    ("self", "grads", "momentum_buffer_list"), "momentum_buffer_list", lambda call: call["momentum"] != 0
+)
+ADAGRAD = Family(("self", "grads", "state_sums", "state_steps"))
+
+INPLACE: dict[OpOverload, Family] = {
+    aten._fused_adam_.default: ADAM,
+    aten._fused_adam_.tensor_lr: ADAM,
+    aten._fused_adamw_.default: ADAM,
+    aten._fused_adamw_.tensor_lr: ADAM,
+    aten._fused_sgd_.default: SGD,
+    aten._fused_sgd_.tensor_lr: SGD,
+    aten._fused_adagrad_.default: ADAGRAD,
+    aten._fused_adagrad_.tensor_lr: ADAGRAD,
 }
-FUNCTIONAL: dict[OpOverload, bool] = {
-    aten._fused_adam.default: False,
-    aten._fused_adam.tensor_lr: False,
-    aten._fused_adamw.default: True,
-    aten._fused_adamw.tensor_lr: True,
+FUNCTIONAL: dict[OpOverload, Family] = {
+    aten._fused_adam.default: ADAM,
+    aten._fused_adam.tensor_lr: ADAM,
+    aten._fused_adamw.default: ADAM,
+    aten._fused_adamw.tensor_lr: ADAM,
+    aten._fused_sgd.default: SGD,
+    aten._fused_sgd.tensor_lr: SGD,
+    aten._fused_adagrad.default: ADAGRAD,
+    aten._fused_adagrad.tensor_lr: ADAGRAD,
 }
-
-
-def written(has_grad_scale: bool, amsgrad: bool) -> tuple[bool, ...]:
-    """Which of the five state lists (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs) the
-    kernel writes: the gradients only when it unscales them, the maxima only with AMSGrad."""
-    return (True, has_grad_scale, True, True, amsgrad)
 
 
 # --------------------------------------------------------------------------- the lowering
@@ -150,32 +187,148 @@ def _adam(
     found_inf: Array | None = None,
     decoupled: bool,
 ) -> tuple[Array, ...]:
-    """The new values of the lists the kernel writes (``written``), flattened list by list."""
-    lists: list[list[Array]] = [[], [], [], [], []]
-    for i in range(len(params)):
-        new = _adam_one(
+    """The new values of the lists the kernel writes (``Family.written``), flattened list by list."""
+    per_param = [
+        _adam_one(
             params[i], grads[i], exp_avgs[i], exp_avg_sqs[i], max_exp_avg_sqs[i] if amsgrad else None,
             state_steps[i], lr, beta1, beta2, weight_decay, eps, maximize, grad_scale, decoupled,
-        )  # fmt: skip
-        old = (params[i], grads[i], exp_avgs[i], exp_avg_sqs[i], max_exp_avg_sqs[i] if amsgrad else None)
-        for k, (n, o) in enumerate(zip(new, old)):
-            if n is None or o is None:
+        )
+        for i in range(len(params))
+    ]  # fmt: skip
+    return _written(per_param, [params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs], found_inf)
+
+
+def _written(
+    per_param: Sequence[Sequence[Array | None]], old: Sequence[Sequence[Array]], found_inf: Array | None
+) -> tuple[Array, ...]:
+    """Each parameter's new values (None where a list is not written), flattened list by list;
+    with ``found_inf`` equal to 1 the old values, as the kernels return before writing."""
+    out = []
+    for k, old_list in enumerate(old):
+        for i, new in enumerate(n[k] for n in per_param):
+            if new is None:
                 continue
             if found_inf is not None:
-                # The kernel returns before touching anything when found_inf == 1.
-                n = jnp.where(jnp.reshape(found_inf, ()) == 1, o, n)
-            lists[k].append(n)
-    return tuple(a for per_list in lists for a in per_list)
+                new = jnp.where(jnp.reshape(found_inf, ()) == 1, old_list[i], new)
+            out.append(new)
+    return tuple(out)
 
 
-@lowering(*[op for op, decoupled in {**INPLACE, **FUNCTIONAL}.items() if not decoupled])
+_ADAM_OPS = [op for op, family in {**INPLACE, **FUNCTIONAL}.items() if family is ADAM]
+
+
+@lowering(*[op for op in _ADAM_OPS if "adamw" not in op.name()])
 def _fused_adam(*args: Any, **kwargs: Any) -> tuple[Array, ...]:
     return _adam(*args, **kwargs, decoupled=False)
 
 
-@lowering(*[op for op, decoupled in {**INPLACE, **FUNCTIONAL}.items() if decoupled])
+@lowering(*[op for op in _ADAM_OPS if "adamw" in op.name()])
 def _fused_adamw(*args: Any, **kwargs: Any) -> tuple[Array, ...]:
     return _adam(*args, **kwargs, decoupled=True)
+
+
+# ---- SGD
+
+
+def _sgd_one(
+    param: Array, grad: Array, buf: Array | None, lr: Array, weight_decay: float, momentum: float,
+    dampening: float, nesterov: bool, maximize: bool, is_first_step: bool, grad_scale: Array | None,
+) -> tuple[Array, Array | None, Array | None]:
+    """One parameter's update, in the order and the types of torch's CPU kernel."""
+    op = _opmath(param.dtype)
+    p = param.astype(op)
+    g = grad.astype(op)
+    new_grad = None
+    if grad_scale is not None:
+        g = g / jnp.reshape(grad_scale, ()).astype(op)
+        new_grad = g.astype(grad.dtype)
+    if maximize:
+        g = -g
+    if weight_decay != 0:
+        g = g + p * op(weight_decay)
+    new_buf = None
+    if buf is not None:
+        # The kernel goes on with the buffer before it is rounded to the parameter dtype.
+        m = g if is_first_step else buf.astype(op) * op(momentum) + g * op(1 - dampening)
+        new_buf = m.astype(buf.dtype)
+        g = g + m * op(momentum) if nesterov else m
+    p = p - g * jnp.asarray(lr, jnp.float64).astype(op)
+    return p.astype(param.dtype), new_grad, new_buf
+
+
+@lowering(*[op for op, family in {**INPLACE, **FUNCTIONAL}.items() if family is SGD])
+def _fused_sgd(
+    params: Sequence[Array],
+    grads: Sequence[Array],
+    momentum_buffer_list: Sequence[Array],
+    *,
+    weight_decay: float,
+    momentum: float,
+    lr: Array,
+    dampening: float,
+    nesterov: bool,
+    maximize: bool,
+    is_first_step: bool,
+    grad_scale: Array | None = None,
+    found_inf: Array | None = None,
+) -> tuple[Array, ...]:
+    per_param = [
+        _sgd_one(params[i], grads[i], momentum_buffer_list[i] if momentum != 0 else None, lr, weight_decay,
+                 momentum, dampening, nesterov, maximize, is_first_step, grad_scale)
+        for i in range(len(params))
+    ]  # fmt: skip
+    return _written(per_param, [params, grads, momentum_buffer_list], found_inf)
+
+
+# ---- Adagrad
+
+
+def _adagrad_one(
+    param: Array, grad: Array, state_sum: Array, step: Array, lr: Array, lr_decay: float,
+    weight_decay: float, eps: float, maximize: bool, grad_scale: Array | None,
+) -> tuple[Array, Array | None, Array]:
+    """One parameter's update, in the order and the types of torch's CPU kernel."""
+    op = _opmath(param.dtype)
+    # The kernel's clr, in double on the host from the float step count.
+    step64 = jnp.asarray(step, jnp.float32).astype(jnp.float64)
+    clr = (jnp.asarray(lr, jnp.float64) / (1.0 + (step64 - 1.0) * lr_decay)).astype(op)
+    p = param.astype(op)
+    g = grad.astype(op)
+    new_grad = None
+    if grad_scale is not None:
+        g = g / jnp.reshape(grad_scale, ()).astype(op)
+        new_grad = g.astype(grad.dtype)
+    if maximize:
+        g = -g
+    if weight_decay != 0:
+        g = g + p * op(weight_decay)
+    total = state_sum.astype(op) + g * g
+    std = jnp.sqrt(total) + op(eps)
+    p = p - clr * g / std
+    return p.astype(param.dtype), new_grad, total.astype(state_sum.dtype)
+
+
+@lowering(*[op for op, family in {**INPLACE, **FUNCTIONAL}.items() if family is ADAGRAD])
+def _fused_adagrad(
+    params: Sequence[Array],
+    grads: Sequence[Array],
+    state_sums: Sequence[Array],
+    state_steps: Sequence[Array],
+    *,
+    lr: Array,
+    lr_decay: float,
+    weight_decay: float,
+    eps: float,
+    maximize: bool,
+    grad_scale: Array | None = None,
+    found_inf: Array | None = None,
+) -> tuple[Array, ...]:
+    per_param = [
+        _adagrad_one(params[i], grads[i], state_sums[i], state_steps[i], lr, lr_decay, weight_decay, eps,
+                     maximize, grad_scale)
+        for i in range(len(params))
+    ]  # fmt: skip
+    return _written(per_param, [params, grads, state_sums], found_inf)
 
 
 # --------------------------------------------------------------------------- recording
@@ -197,16 +350,14 @@ def _bind(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> di
     return call if set(kwargs) <= set(call) else None
 
 
-def _recordable(call: dict[str, Any]) -> bool:
+def _recordable(family: Family, call: dict[str, Any]) -> bool:
     """Whether the call is one this lowering computes; anything else (mismatched lists, integer
     or complex parameters, CPU tensors) goes to eager's kernel, which raises its own error."""
     params = call["self"]
     n = len(params)
-    want = {"grads": n, "exp_avgs": n, "exp_avg_sqs": n, "max_exp_avg_sqs": n if call["amsgrad"] else 0,
-            "state_steps": n}  # fmt: skip
-    if any(len(call[name]) != count for name, count in want.items()):
+    if any(len(call[name]) != (n if family.used(call, name) else 0) for name in family.lists):
         return False
-    tensors = [t for name in LISTS for t in call[name]]
+    tensors = [t for name in family.lists for t in call[name]]
     tensors += [call[k] for k in ("grad_scale", "found_inf") if call[k] is not None]
     if isinstance(call["lr"], torch.Tensor) and call["lr"].device.type != "cpu":
         tensors.append(call["lr"])
@@ -214,20 +365,23 @@ def _recordable(call: dict[str, Any]) -> bool:
         return False
     if len({t._st.device for t in tensors}) > 1:
         return False
+    # The state read element by element as the parameter's type: the lists the kernel writes.
+    written = zip(family.lists, family.written(call))
+    state = [name for name, w in written if w and name not in ("self", "grads")]
     for i, p in enumerate(params):
         if not p.dtype.is_floating_point:
             return False
-        for name in ("grads", "exp_avgs", "exp_avg_sqs") + (("max_exp_avg_sqs",) if call["amsgrad"] else ()):
+        for name in ("grads", *state):
             other = call[name][i]
-            if other.shape != p.shape or other.dtype != p.dtype:  # the kernel reads them as p's type
+            if other.shape != p.shape or other.dtype != p.dtype:
                 return False
     return True
 
 
-def _record(func: OpOverload, call: dict[str, Any]) -> tuple[ir.Node, list[Any]]:
+def _record(func: OpOverload, family: Family, call: dict[str, Any]) -> tuple[ir.Node, list[Any]]:
     """One node for the whole call; also the tensors its outputs are the new values of."""
     acc = rt._Args()
-    template = tuple(acc.entry(list(call[name]), False) for name in LISTS)
+    template = tuple(acc.entry(list(call[name]), False) for name in family.lists)
     device = acc.device if acc.device >= 0 else 0
     lr = call["lr"]
     if isinstance(lr, torch.Tensor) and type(lr) is not rt.XlaTensor:
@@ -239,15 +393,14 @@ def _record(func: OpOverload, call: dict[str, Any]) -> tuple[ir.Node, list[Any]]
         # multi-output node directly would be rounded to the parameters' dtype.
         lr_entry = acc.add(rt.convert(ir.scalar(float(lr), device), torch.float64))
     options = [("lr", lr_entry)]
-    for name in OPTIONS[1:]:
-        value = call[name]
-        if name in ("beta1", "beta2", "weight_decay", "eps"):
-            value = float(value)
-        options.append((name, acc.entry(value, False)))
-    targets = [
-        t for k, name in enumerate(LISTS[:5])
-        if written(call["grad_scale"] is not None, call["amsgrad"])[k] for t in call[name]
-    ]  # fmt: skip
+    for arg in func._schema.arguments:
+        if arg.name in family.lists or arg.name == "lr":
+            continue
+        value = call[arg.name]
+        if str(arg.type) == "float":
+            value = float(value)  # hyperparameters, baked in: a Python float whatever was passed
+        options.append((arg.name, acc.entry(value, False)))
+    targets = [t for name, w in zip(family.lists, family.written(call)) if w for t in call[name]]
     outs = tuple((tuple(t.shape), t.dtype) for t in targets)
     frames = ir_frames(rt._IR_DEBUG[1]) if rt._IR_DEBUG[0] else None
     node = ir.Node(func, tuple(acc.operands), (template, tuple(options)), None, None, device, outs=outs,
@@ -257,28 +410,31 @@ def _record(func: OpOverload, call: dict[str, Any]) -> tuple[ir.Node, list[Any]]
 
 
 def _fused_step_(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    family = INPLACE[func]
     call = _bind(func, args, kwargs)
-    if call is None or not _recordable(call):
+    if call is None or not _recordable(family, call):
         return rt.fallback(func, args, kwargs)
     if not call["self"]:
         return None
-    node, targets = _record(func, call)
+    node, targets = _record(func, family, call)
     for i, t in enumerate(targets):
         rt.assign(t, ir.item(node, i))
     return None
 
 
 def _fused_step(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    family = FUNCTIONAL[func]
     call = _bind(func, args, kwargs)
-    if call is None or not _recordable(call):
+    if call is None or not _recordable(family, call):
         return rt.fallback(func, args, kwargs)
     news: list[Any] = []
     if call["self"]:
-        node, _ = _record(func, call)
+        node, _ = _record(func, family, call)
         news = [rt.wrap(ir.item(node, i)) for i in range(len(node.outs or ()))]
     out: list[list[Any]] = []
-    for k, name in enumerate(LISTS[:5]):
-        if written(call["grad_scale"] is not None, call["amsgrad"])[k]:
+    # One list per return of the schema (the lists before the step counts, for most).
+    for name, w in list(zip(family.lists, family.written(call)))[: len(func._schema.returns)]:
+        if w:
             out.append(news[: len(call[name])])
             news = news[len(call[name]) :]
         else:
