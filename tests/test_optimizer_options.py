@@ -329,6 +329,45 @@ def test_functional_fused_sgd_returns_new_tensors(dev: torch.device) -> None:
         torch.testing.assert_close(lazy[0].cpu(), eager[0], rtol=1e-6, atol=1e-7)
 
 
+FUSED: dict[str, MakeOpt] = {
+    "adamw": lambda ps: optim.AdamW(ps, lr=1e-2, weight_decay=0.1, fused=True),
+    "adam-amsgrad": lambda ps: optim.Adam(ps, lr=1e-2, weight_decay=0.1, amsgrad=True, fused=True),
+    "sgd-nesterov": lambda ps: optim.SGD(
+        ps, lr=0.1, momentum=0.9, weight_decay=0.1, nesterov=True, fused=True
+    ),
+    "sgd-dampening": lambda ps: optim.SGD(
+        ps, lr=0.1, momentum=0.9, dampening=0.1, weight_decay=0.1, fused=True
+    ),
+    "adagrad": lambda ps: optim.Adagrad(ps, lr=0.1, lr_decay=0.01, weight_decay=0.1, fused=True),
+}
+
+
+@pytest.mark.parametrize("name", list(FUSED))
+def test_fused_step_with_every_hyperparameter_scheduled_compiles_once(name: str, dev: torch.device) -> None:
+    # OneCycleLR cycles Adam's beta1 and SGD's momentum with the learning rate; some schedules move
+    # weight decay too. A fused step takes them as inputs, as it takes the learning rate.
+    def run(device: Device) -> tuple[list[torch.Tensor], list[int]]:
+        def after(model: nn.Module, opt: optim.Optimizer, loss: torch.Tensor, i: int) -> None:
+            group = opt.param_groups[0]
+            scale = 1 - 0.05 * (i + 1)
+            for key in ("lr", "weight_decay", "momentum", "dampening", "eps", "lr_decay"):
+                if key in group:
+                    group[key] *= scale
+            if "betas" in group:
+                group["betas"] = (group["betas"][0] * scale, group["betas"][1] * scale)
+
+        model, compiles = _loop(device, lambda m: FUSED[name](list(m.parameters())), 5, after)
+        return list(model.parameters()), compiles
+
+    want, _ = run("cpu")
+    xlalab.mark_step()
+    met.clear_all()
+    got, compiles = run(dev)
+    _close(got, want)
+    assert compiles[1] == compiles[-1], compiles
+    assert met.executed_fallback_ops() == []
+
+
 # ----------------------------------------------------------------------------- around the optimizer
 
 

@@ -24,8 +24,10 @@ the lazy step equals the eager one to the last bit or two:
 SGD's (``_fused_sgd_``) and Adagrad's (``_fused_adagrad_``) steps are recorded the same way and
 follow their CPU kernels (``FusedSGDKernel.cpp``, ``FusedAdagradKernel.cpp``) likewise.
 
-The learning rate is a graph input (a float64 scalar), so a scheduler changing it every step
-does not recompile; betas, eps, momentum and weight decay are baked into the graph.
+The learning rate and the other float hyperparameters (betas, eps, momentum, dampening, weight
+decay, Adagrad's lr_decay) are graph inputs (float64 scalars), so a scheduler changing them every
+step (OneCycleLR cycles beta1 or momentum) does not recompile; a zero is baked in instead, since
+the kernels skip weight decay and momentum on it.
 """
 
 from __future__ import annotations
@@ -110,8 +112,24 @@ FUNCTIONAL: dict[OpOverload, Family] = {
 
 def _opmath(dtype: Any) -> Any:
     """The scalar type torch's kernel computes a parameter of ``dtype`` in."""
-    # numpy's scalar types: jax's would make traced constants of the hyperparameters.
     return np.float32 if dtype in (jnp.bfloat16, jnp.float16) else np.dtype(dtype).type
+
+
+def _used(h: Array | float) -> bool:
+    """Whether a hyperparameter's term is computed: a zero is baked in as a number (the kernels
+    skip weight decay and momentum on it); any other value is a float64 graph input."""
+    return not (isinstance(h, float) and h == 0)
+
+
+def _f64(h: Array | float) -> Array:
+    """A hyperparameter as the double the kernel is given."""
+    return jnp.asarray(h, jnp.float64)
+
+
+def _lerp(start: Array, end: Array, weight: Array) -> Array:
+    """torch's ``lerp``: two formulas, picked by ``|weight| < 0.5`` (a graph input here)."""
+    diff = end - start
+    return jnp.where(jnp.abs(weight) < 0.5, start + weight * diff, end - diff * (1 - weight))
 
 
 def _adam_one(
@@ -122,10 +140,10 @@ def _adam_one(
     max_exp_avg_sq: Array | None,
     step: Array,
     lr: Array,
-    beta1: float,
-    beta2: float,
-    weight_decay: float,
-    eps: float,
+    beta1: Array | float,
+    beta2: Array | float,
+    weight_decay: Array | float,
+    eps: Array | float,
     maximize: bool,
     grad_scale: Array | None,
     decoupled: bool,
@@ -134,8 +152,8 @@ def _adam_one(
     op = _opmath(param.dtype)
     step64 = jnp.asarray(step, jnp.float64)
     lr64 = jnp.asarray(lr, jnp.float64)
-    bias_correction1 = 1 - jnp.power(np.float64(beta1), step64)
-    bias_correction2 = 1 - jnp.power(np.float64(beta2), step64)
+    bias_correction1 = 1 - jnp.power(_f64(beta1), step64)
+    bias_correction2 = 1 - jnp.power(_f64(beta2), step64)
     step_size = (lr64 / bias_correction1).astype(op)
     bias_correction2_sqrt = jnp.sqrt(bias_correction2).astype(op)
 
@@ -147,23 +165,20 @@ def _adam_one(
         new_grad = g.astype(grad.dtype)
     if maximize:
         g = -g
-    if weight_decay != 0:
+    if _used(weight_decay):
         if decoupled:
-            p = p * (1 - lr64 * weight_decay).astype(op)
+            p = p * (1 - lr64 * _f64(weight_decay)).astype(op)
         else:
-            g = g + p * op(weight_decay)
-    # exp_avg.lerp_(grad, 1 - beta1), with lerp's two formulas.
-    weight = op(1 - beta1)
-    m = exp_avg.astype(op)
-    m = m + weight * (g - m) if abs(weight) < 0.5 else g - (g - m) * (op(1) - weight)
-    v = exp_avg_sq.astype(op) * op(beta2) + op(1 - beta2) * g * g
+            g = g + p * _f64(weight_decay).astype(op)
+    m = _lerp(exp_avg.astype(op), g, (1 - _f64(beta1)).astype(op))  # exp_avg.lerp_(grad, 1 - beta1)
+    v = exp_avg_sq.astype(op) * _f64(beta2).astype(op) + (1 - _f64(beta2)).astype(op) * g * g
     new_max = None
     if max_exp_avg_sq is not None:
         v_max = jnp.maximum(max_exp_avg_sq.astype(op), v)
         new_max = v_max.astype(max_exp_avg_sq.dtype)
-        denom = jnp.sqrt(v_max) / bias_correction2_sqrt + op(eps)
+        denom = jnp.sqrt(v_max) / bias_correction2_sqrt + _f64(eps).astype(op)
     else:
-        denom = jnp.sqrt(v) / bias_correction2_sqrt + op(eps)
+        denom = jnp.sqrt(v) / bias_correction2_sqrt + _f64(eps).astype(op)
     p = p - step_size * m / denom
     return p.astype(param.dtype), new_grad, m.astype(exp_avg.dtype), v.astype(exp_avg_sq.dtype), new_max
 
@@ -177,10 +192,10 @@ def _adam(
     state_steps: Sequence[Array],
     *,
     lr: Array,
-    beta1: float,
-    beta2: float,
-    weight_decay: float,
-    eps: float,
+    beta1: Array | float,
+    beta2: Array | float,
+    weight_decay: Array | float,
+    eps: Array | float,
     amsgrad: bool,
     maximize: bool,
     grad_scale: Array | None = None,
@@ -231,8 +246,17 @@ def _fused_adamw(*args: Any, **kwargs: Any) -> tuple[Array, ...]:
 
 
 def _sgd_one(
-    param: Array, grad: Array, buf: Array | None, lr: Array, weight_decay: float, momentum: float,
-    dampening: float, nesterov: bool, maximize: bool, is_first_step: bool, grad_scale: Array | None,
+    param: Array,
+    grad: Array,
+    buf: Array | None,
+    lr: Array,
+    weight_decay: Array | float,
+    momentum: Array | float,
+    dampening: Array | float,
+    nesterov: bool,
+    maximize: bool,
+    is_first_step: bool,
+    grad_scale: Array | None,
 ) -> tuple[Array, Array | None, Array | None]:
     """One parameter's update, in the order and the types of torch's CPU kernel."""
     op = _opmath(param.dtype)
@@ -244,14 +268,15 @@ def _sgd_one(
         new_grad = g.astype(grad.dtype)
     if maximize:
         g = -g
-    if weight_decay != 0:
-        g = g + p * op(weight_decay)
+    if _used(weight_decay):
+        g = g + p * _f64(weight_decay).astype(op)
     new_buf = None
     if buf is not None:
         # The kernel goes on with the buffer before it is rounded to the parameter dtype.
-        m = g if is_first_step else buf.astype(op) * op(momentum) + g * op(1 - dampening)
+        mom = _f64(momentum).astype(op)
+        m = g if is_first_step else buf.astype(op) * mom + g * (1 - _f64(dampening)).astype(op)
         new_buf = m.astype(buf.dtype)
-        g = g + m * op(momentum) if nesterov else m
+        g = g + m * mom if nesterov else m
     p = p - g * jnp.asarray(lr, jnp.float64).astype(op)
     return p.astype(param.dtype), new_grad, new_buf
 
@@ -262,10 +287,10 @@ def _fused_sgd(
     grads: Sequence[Array],
     momentum_buffer_list: Sequence[Array],
     *,
-    weight_decay: float,
-    momentum: float,
+    weight_decay: Array | float,
+    momentum: Array | float,
     lr: Array,
-    dampening: float,
+    dampening: Array | float,
     nesterov: bool,
     maximize: bool,
     is_first_step: bool,
@@ -273,7 +298,7 @@ def _fused_sgd(
     found_inf: Array | None = None,
 ) -> tuple[Array, ...]:
     per_param = [
-        _sgd_one(params[i], grads[i], momentum_buffer_list[i] if momentum != 0 else None, lr, weight_decay,
+        _sgd_one(params[i], grads[i], momentum_buffer_list[i] if _used(momentum) else None, lr, weight_decay,
                  momentum, dampening, nesterov, maximize, is_first_step, grad_scale)
         for i in range(len(params))
     ]  # fmt: skip
@@ -284,14 +309,22 @@ def _fused_sgd(
 
 
 def _adagrad_one(
-    param: Array, grad: Array, state_sum: Array, step: Array, lr: Array, lr_decay: float,
-    weight_decay: float, eps: float, maximize: bool, grad_scale: Array | None,
+    param: Array,
+    grad: Array,
+    state_sum: Array,
+    step: Array,
+    lr: Array,
+    lr_decay: Array | float,
+    weight_decay: Array | float,
+    eps: Array | float,
+    maximize: bool,
+    grad_scale: Array | None,
 ) -> tuple[Array, Array | None, Array]:
     """One parameter's update, in the order and the types of torch's CPU kernel."""
     op = _opmath(param.dtype)
     # The kernel's clr, in double on the host from the float step count.
     step64 = jnp.asarray(step, jnp.float32).astype(jnp.float64)
-    clr = (jnp.asarray(lr, jnp.float64) / (1.0 + (step64 - 1.0) * lr_decay)).astype(op)
+    clr = (_f64(lr) / (1.0 + (step64 - 1.0) * _f64(lr_decay))).astype(op)
     p = param.astype(op)
     g = grad.astype(op)
     new_grad = None
@@ -300,10 +333,10 @@ def _adagrad_one(
         new_grad = g.astype(grad.dtype)
     if maximize:
         g = -g
-    if weight_decay != 0:
-        g = g + p * op(weight_decay)
+    if _used(weight_decay):
+        g = g + p * _f64(weight_decay).astype(op)
     total = state_sum.astype(op) + g * g
-    std = jnp.sqrt(total) + op(eps)
+    std = jnp.sqrt(total) + _f64(eps).astype(op)
     p = p - clr * g / std
     return p.astype(param.dtype), new_grad, total.astype(state_sum.dtype)
 
@@ -316,9 +349,9 @@ def _fused_adagrad(
     state_steps: Sequence[Array],
     *,
     lr: Array,
-    lr_decay: float,
-    weight_decay: float,
-    eps: float,
+    lr_decay: Array | float,
+    weight_decay: Array | float,
+    eps: Array | float,
     maximize: bool,
     grad_scale: Array | None = None,
     found_inf: Array | None = None,
@@ -378,6 +411,12 @@ def _recordable(family: Family, call: dict[str, Any]) -> bool:
     return True
 
 
+def _float_input(value: float, device: int) -> ir.Node:
+    # A float64 graph input, converted by an op of its own: a scalar input that feeds a
+    # multi-output node directly would be rounded to the parameters' dtype.
+    return rt.convert(ir.scalar(value, device), torch.float64)
+
+
 def _record(func: OpOverload, family: Family, call: dict[str, Any]) -> tuple[ir.Node, list[Any]]:
     """One node for the whole call; also the tensors its outputs are the new values of."""
     acc = rt._Args()
@@ -386,20 +425,18 @@ def _record(func: OpOverload, family: Family, call: dict[str, Any]) -> tuple[ir.
     lr = call["lr"]
     if isinstance(lr, torch.Tensor) and type(lr) is not rt.XlaTensor:
         lr = lr.item()  # a CPU learning rate: the kernel reads it as a number too
-    if type(lr) is rt.XlaTensor:
-        lr_entry = acc.entry(lr, False)
-    else:
-        # A float64 graph input, converted by an op of its own: a scalar input that feeds a
-        # multi-output node directly would be rounded to the parameters' dtype.
-        lr_entry = acc.add(rt.convert(ir.scalar(float(lr), device), torch.float64))
+    lr_entry = acc.entry(lr, False) if type(lr) is rt.XlaTensor else acc.add(_float_input(float(lr), device))
     options = [("lr", lr_entry)]
     for arg in func._schema.arguments:
         if arg.name in family.lists or arg.name == "lr":
             continue
         value = call[arg.name]
-        if str(arg.type) == "float":
-            value = float(value)  # hyperparameters, baked in: a Python float whatever was passed
-        options.append((arg.name, acc.entry(value, False)))
+        if str(arg.type) == "float" and float(value) != 0:
+            # A schedule may change any of them every step (OneCycleLR cycles Adam's beta1 and
+            # SGD's momentum): graph inputs, as the learning rate. A zero is baked in (``_used``).
+            options.append((arg.name, acc.add(_float_input(float(value), device))))
+        else:
+            options.append((arg.name, acc.entry(float(value) if str(arg.type) == "float" else value, False)))
     targets = [t for name, w in zip(family.lists, family.written(call)) if w for t in call[name]]
     outs = tuple((tuple(t.shape), t.dtype) for t in targets)
     frames = ir_frames(rt._IR_DEBUG[1]) if rt._IR_DEBUG[0] else None
