@@ -67,16 +67,19 @@ def jax_column(wl: bs.Workload, batches: list[bs.Batch]) -> Column:
     ref = jr.build_reference(model, wl.make_optimizer(model.parameters()), wl.clip)
     jax_batches = [(jr.to_jax(x), jr.to_jax(y)) for x, y in batches]
     jax.block_until_ready((jax_batches, ref.params, ref.opt_state))
+
     def one(i: int) -> None:
         ref.run(*jax_batches[i], i)
 
     return Column("jax.jit", one, ref.block_until_ready, bs.jax_compile_count)
 
 
-def compiled_column(wl: bs.Workload, batches: list[bs.Batch], losses: list[torch.Tensor]) -> Column:
+XlaSetup = tuple[torch.nn.Module, torch.optim.Optimizer, list[bs.Batch]]
+
+
+def _on_xla(wl: bs.Workload, batches: list[bs.Batch]) -> XlaSetup:
+    """The workload's model (seed 0), its optimizer and the batches, on the xla device."""
     import xlalab.core.xla_model as xm
-    import xlalab.dynamo as dynamo
-    from xlalab.testing.workloads import train_step
 
     dev = xm.xla_device()
     model = wl.make_model(0).to(dev)
@@ -84,6 +87,15 @@ def compiled_column(wl: bs.Workload, batches: list[bs.Batch], losses: list[torch
     dev_batches = [(inp.to(dev), tgt.to(dev)) for inp, tgt in batches]
     xm.mark_step()
     xm.wait_device_ops()
+    return model, opt, dev_batches
+
+
+def compiled_column(wl: bs.Workload, batches: list[bs.Batch], losses: list[torch.Tensor]) -> Column:
+    import xlalab.core.xla_model as xm
+    import xlalab.dynamo as dynamo
+    from xlalab.testing.workloads import train_step
+
+    model, opt, dev_batches = _on_xla(wl, batches)
     dynamo.reset()  # this workload's graphs only
     step = torch.compile(train_step, backend=dynamo.backend)
 
@@ -113,12 +125,7 @@ def floor_column(wl: bs.Workload, batches: list[bs.Batch]) -> Column:
     from xlalab.dynamo.executable import CompiledGraph
     from xlalab.testing.workloads import train_step
 
-    dev = xm.xla_device()
-    model = wl.make_model(0).to(dev)
-    opt = wl.make_optimizer(model.parameters())
-    dev_batches = [(inp.to(dev), tgt.to(dev)) for inp, tgt in batches]
-    xm.mark_step()
-    xm.wait_device_ops()
+    model, opt, dev_batches = _on_xla(wl, batches)
 
     def replaying(label: str, part: str) -> Callable[..., Callable[..., object]]:
         def compile_part(gm: torch.fx.GraphModule, example_inputs: list[object]) -> Callable[..., object]:

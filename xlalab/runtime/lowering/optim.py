@@ -245,6 +245,24 @@ def _fused_adamw(*args: Any, **kwargs: Any) -> tuple[Array, ...]:
 # ---- SGD
 
 
+def _kernel_grad(
+    p: Array, grad: Array, op: Any, grad_scale: Array | None, maximize: bool, weight_decay: Array | float
+) -> tuple[Array, Array | None]:
+    """The gradient SGD's and Adagrad's CPU kernels step with, in the compute type ``op``: unscaled
+    (the unscaled gradient is also written back, as the kernels do), negated to maximize, with
+    weight decay added; and the written-back gradient (None without a scale)."""
+    g = grad.astype(op)
+    new_grad = None
+    if grad_scale is not None:
+        g = g / jnp.reshape(grad_scale, ()).astype(op)
+        new_grad = g.astype(grad.dtype)
+    if maximize:
+        g = -g
+    if _used(weight_decay):
+        g = g + p * _f64(weight_decay).astype(op)
+    return g, new_grad
+
+
 def _sgd_one(
     param: Array,
     grad: Array,
@@ -261,15 +279,7 @@ def _sgd_one(
     """One parameter's update, in the order and the types of torch's CPU kernel."""
     op = _opmath(param.dtype)
     p = param.astype(op)
-    g = grad.astype(op)
-    new_grad = None
-    if grad_scale is not None:
-        g = g / jnp.reshape(grad_scale, ()).astype(op)
-        new_grad = g.astype(grad.dtype)
-    if maximize:
-        g = -g
-    if _used(weight_decay):
-        g = g + p * _f64(weight_decay).astype(op)
+    g, new_grad = _kernel_grad(p, grad, op, grad_scale, maximize, weight_decay)
     new_buf = None
     if buf is not None:
         # The kernel goes on with the buffer before it is rounded to the parameter dtype.
@@ -326,15 +336,7 @@ def _adagrad_one(
     step64 = jnp.asarray(step, jnp.float32).astype(jnp.float64)
     clr = (_f64(lr) / (1.0 + (step64 - 1.0) * _f64(lr_decay))).astype(op)
     p = param.astype(op)
-    g = grad.astype(op)
-    new_grad = None
-    if grad_scale is not None:
-        g = g / jnp.reshape(grad_scale, ()).astype(op)
-        new_grad = g.astype(grad.dtype)
-    if maximize:
-        g = -g
-    if _used(weight_decay):
-        g = g + p * _f64(weight_decay).astype(op)
+    g, new_grad = _kernel_grad(p, grad, op, grad_scale, maximize, weight_decay)
     total = state_sum.astype(op) + g * g
     std = jnp.sqrt(total) + _f64(eps).astype(op)
     p = p - clr * g / std
