@@ -26,7 +26,7 @@ import torch
 import torch.autograd
 import torch.autograd.graph
 
-from . import ir
+from . import interrupts, ir
 
 _local = threading.local()
 
@@ -129,7 +129,7 @@ def _interrupts_held(hold: bool) -> Iterator[None]:
     in place would have. Raised inside the engine, in a Python callback torch cannot unwind
     through (the device guard's), it aborted the process: a notebook's kernel died. Backward on
     xla only records the graph, so the wait is short; a CPU backward keeps its interrupts."""
-    if not hold:
+    if not hold or _signal.getsignal(_signal.SIGINT) is interrupts.deferring:  # held there already
         yield
         return
     # _signal's functions, not signal's wrappers: those convert to and from enums, which cost

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 from typing import Any
 
 import torch
 
-from . import backend, backward_errors, checks, control_flow, ir, metrics, rng
+from . import backend, backward_errors, checks, control_flow, interrupts, ir, metrics, rng
 from .graph import wait_device_ops
 from .lowering import attention
 from .tensor import EMPTY, HostStorage, XlaTensor, debug_frames, fallback, record, torch_device, wrap
@@ -36,8 +37,12 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):  # type: ignore[misc]
 
 
 class _Guard(torch._C._acc.DeviceGuard):  # type: ignore[misc]
-    def type_(self) -> Any:
-        return torch._C._autograd.DeviceType.PrivateUse1
+    # torch's C++ asks for the device type inside functions that must not throw (the current
+    # stream, which autograd reads for every op it records on an xla tensor). A C-level callable
+    # runs no Python code there, so nothing can raise in it (interrupts.py says why that
+    # matters). Not a builtin function: pybind11 would take one for its own binding and find no
+    # override.
+    type_ = functools.partial(operator.attrgetter("PrivateUse1"), torch._C._autograd.DeviceType)
 
 
 class _DeviceModule:
@@ -219,6 +224,7 @@ def _restore_on_xla(storage: Any, location: str) -> HostStorage | None:
 @functools.cache
 def install() -> None:
     """Register the xla device with torch (once per process)."""
+    interrupts.ensure_installed()
     torch.utils.rename_privateuse1_backend("xla")
     torch._register_device_module("xla", _DeviceModule())
     torch._C._acc.register_python_privateuseone_hook(_Hooks())

@@ -13,6 +13,7 @@ scatters into the base (``xla::update_view``).
 
 from __future__ import annotations
 
+import _signal
 import math
 import time
 import warnings
@@ -30,6 +31,7 @@ from . import (
     dtypes,
     events,
     index_checks,
+    interrupts,
     ir,
     layouts,
     metrics,
@@ -46,6 +48,9 @@ from .storage import Storage as Storage
 from .storage import forget_pending as forget_pending
 from .storage import pending_storages as pending_storages
 from .storage import set_node as set_node
+
+_sigint_handler = _signal.getsignal  # read per op: C functions, no enum conversion
+_SIGINT = _signal.SIGINT
 
 aten = torch.ops.aten
 Handler = Callable[[OpOverload, tuple[Any, ...], dict[str, Any]], Any]
@@ -82,6 +87,8 @@ class XlaTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # type: ignore[override]
+        if _sigint_handler(_SIGINT) is not interrupts.deferring:  # a kernel put Python's back
+            interrupts.ensure_installed()
         handler = _HANDLERS.get(id(func))
         if handler is None:
             handler = _resolve(func)
