@@ -85,3 +85,18 @@ def test_copy_to_cpu_keeps_eager_layout(memory_format: torch.memory_format | Non
     for view in (lambda t: t.permute(2, 0, 1), lambda t: t[:, ::2]):
         base = torch.randn(4, 6, 5)
         assert view(base.to(DEV)).to("cpu", **kw).stride() == view(base).clone(**kw).stride()
+
+
+def test_a_storage_moves_to_xla_and_back() -> None:
+    """``storage.to(device="xla")`` crashed the process (torch's storage constructor asks a
+    device registered from Python for an allocator it has none of)."""
+    dev = xlalab.device()
+    storage = torch.arange(4.0).untyped_storage()
+    moved = storage.to(device=dev)
+    assert moved.device == dev and moved.nbytes() == storage.nbytes()
+    on_xla = torch.empty(0, device=dev).set_(moved)
+    assert on_xla.device == dev and on_xla.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert torch.empty(0).set_(moved.cpu()).tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert torch.UntypedStorage(5, device="cpu").nbytes() == 5  # other devices as before
+    with pytest.raises(RuntimeError, match="a size in bytes only"):
+        torch.UntypedStorage([1, 2], device=dev)

@@ -214,11 +214,38 @@ def _restore_on_xla(storage: Any, location: str) -> HostStorage | None:
             f"torch.xla.device_count() is {backend.device_count()}. Please use torch.load with "
             "map_location to map your storages to an existing device."
         )
-    out = HostStorage(storage.nbytes())
+    out = _host_storage(storage.nbytes(), index)
     out.copy_(storage)
+    return out
+
+
+def _host_storage(nbytes: int, index: int) -> HostStorage:
+    out = HostStorage(nbytes)
     out.xla_device = torch.device("xla", index)
     out.bases = {}
     return out
+
+
+_storage_new: Any = torch.UntypedStorage.__new__
+
+
+def _new_storage(cls: type, *args: Any, device: Any = None, **kwargs: Any) -> Any:
+    """``torch.UntypedStorage(n, device="xla")`` (what ``storage.to("xla")`` and ``.xla()``
+    make): a HostStorage, bytes on the host bound for the device, as ``torch.load`` restores a
+    storage for xla; ``tensor.set_(storage)`` moves them there. torch's own constructor asks
+    the device for an allocator, which a device registered from Python has none of: the
+    process crashed."""
+    if device is None:
+        return _storage_new(cls, *args, **kwargs)
+    where = torch.device(device)
+    if where.type != "xla" or cls is not torch.UntypedStorage:
+        return _storage_new(cls, *args, device=device, **kwargs)
+    if kwargs or len(args) > 1 or (args and not isinstance(args[0], int)):
+        raise RuntimeError(
+            "torch.UntypedStorage on xla takes a size in bytes only: make it on the CPU and move "
+            "it with .to(device='xla')"
+        )
+    return _host_storage(args[0] if args else 0, where.index or 0)
 
 
 @functools.cache
@@ -226,6 +253,7 @@ def install() -> None:
     """Register the xla device with torch (once per process)."""
     interrupts.ensure_installed()
     torch.utils.rename_privateuse1_backend("xla")
+    torch.UntypedStorage.__new__ = _new_storage  # type: ignore[method-assign, assignment]
     torch._register_device_module("xla", _DeviceModule())
     torch._C._acc.register_python_privateuseone_hook(_Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())
