@@ -147,10 +147,18 @@ def _bernoulli_nan_in_place(d: Any) -> torch.Tensor:
     return torch.zeros(2, device=d).bernoulli_(torch.tensor([0.5, float("nan")], device=d))
 
 
+def _quantile_above_one(d: Any) -> torch.Tensor:
+    return torch.quantile(torch.arange(4.0, device=d), torch.tensor([0.5, 1.5], device=d))
+
+
+def _nanquantile_nan(d: Any) -> torch.Tensor:
+    return torch.nanquantile(torch.arange(4.0, device=d), torch.tensor([float("nan")], device=d), dim=0)
+
+
 @pytest.mark.parametrize(
     "make",
     [_one_hot_bounds, _one_hot_negative, _bag_offsets_not_from_zero, _bag_offsets_past_the_end,
-     _bernoulli_above_one, _bernoulli_nan_in_place],
+     _bernoulli_above_one, _bernoulli_nan_in_place, _quantile_above_one, _nanquantile_nan],
 )  # fmt: skip
 def test_values_eager_rejects_raise_its_error_at_the_next_sync(make: Any, dev: torch.device) -> None:
     with pytest.raises(RuntimeError) as eager:
@@ -170,12 +178,14 @@ def test_values_eager_accepts_still_run_as_one_program(dev: torch.device) -> Non
     hot = torch.nn.functional.one_hot(torch.tensor([2, 0], device=dev), 3)
     bags = torch.nn.functional.embedding_bag(idx, table, torch.tensor([0, 1], device=dev))
     drawn = torch.bernoulli(torch.tensor([0.0, 1.0], device=dev))
+    quartiles = torch.quantile(torch.arange(5.0, device=dev), torch.tensor([0.25, 0.75], device=dev))
     xm.mark_step()
+    assert (met.counter_value("ExecuteComputation") or 0) == 1  # the checks too: one program
+    assert met.executed_fallback_ops() == []
     assert hot.cpu().tolist() == [[0, 0, 1], [1, 0, 0]]
     assert bags.cpu().tolist() == [[0.0, 1.0], [3.0, 4.0]]
     assert drawn.cpu().tolist() == [0.0, 1.0]
-    assert met.executed_fallback_ops() == []
-    assert (met.counter_value("ExecuteComputation") or 0) == 1
+    assert quartiles.cpu().tolist() == [1.0, 3.0]
 
 
 @pytest.mark.parametrize(

@@ -292,6 +292,28 @@ def one_hot_checked(self: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
     return torch.ops.aten.one_hot.default.decompose(self, num_classes)  # type: ignore[no-any-return]
 
 
+def quantile_checked(name: str) -> Any:
+    """``torch.quantile`` / ``torch.nanquantile`` with a tensor ``q`` on xla tensors: eager checks
+    that every q lies in [0, 1] only for a CPU ``q`` (a read), so on another device a q of 1.5
+    gave the largest value and a NaN q a NaN. Here it is a deferred check, raised at the next
+    sync as eager's error; the op is torch's decomposition as before."""
+    op = getattr(torch.ops.aten, name).default
+    composite = torch._C.DispatchKey.CompositeImplicitAutograd
+    message = f"{name}() q values must be in the range [0, 1]"
+
+    def kernel(self: torch.Tensor, q: torch.Tensor, dim: int | None = None, keepdim: bool = False,
+               *, interpolation: str = "linear") -> torch.Tensor:  # fmt: skip
+        from . import tensor
+
+        if type(q) is tensor.XlaTensor and q.numel() > 0:
+            with torch.no_grad():
+                inside: Any = torch.all((q >= 0) & (q <= 1))  # an xla tensor: recorded, not read
+            defer(tensor.value(inside), RuntimeError, message, name)
+        return op._op_dk(composite, self, q, dim, keepdim, interpolation=interpolation)  # type: ignore[no-any-return]
+
+    return kernel
+
+
 _EX_API_NAMES = {
     "aten::linalg_inv_ex": "linalg.inv_ex",
     "aten::linalg_cholesky_ex": "linalg.cholesky_ex",

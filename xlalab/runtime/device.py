@@ -295,6 +295,9 @@ def install() -> None:
     # one_hot: eager's checks of the class values, which torch's decomposition skips on any
     # device but the CPU (a value out of range gave a row of zeros).
     aten_lib.impl("one_hot", checks.one_hot_checked, "AutogradPrivateUse1")
+    # quantile's q in [0, 1]: eager reads and checks it for a CPU q only.
+    for name in ("quantile", "nanquantile"):
+        aten_lib.impl(name, checks.quantile_checked(name), "AutogradPrivateUse1")
     # Pinned host memory: once xla is torch's accelerator, ``pin_memory()`` (a DataLoader with
     # pin_memory=True) asks it for a pinned allocator. JAX copies from any host buffer, so a
     # pinned copy is a plain copy and nothing is ever pinned (this torch build has no CUDA).
