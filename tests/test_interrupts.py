@@ -110,3 +110,23 @@ def test_under_a_tracer_the_interrupt_is_raised_where_python_checks() -> None:
     """)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip() == "interrupted"
+
+
+def test_a_forked_child_gets_pythons_handler_back_and_ours_at_its_first_xla_op() -> None:
+    run = _run("""
+        import os, signal
+        import torch, torch_xla
+        from xlalab.runtime import interrupts
+        dev = torch_xla.device()
+        torch.ones(2, device=dev) + 1
+        pid = os.fork()
+        if pid == 0:
+            before = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            torch.ones(2, device=dev) + 1
+            after = signal.getsignal(signal.SIGINT) is interrupts.deferring
+            os._exit(0 if before and after else 1)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+    """)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() == "child 0", run.stdout + run.stderr[-2000:]

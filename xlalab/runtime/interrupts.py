@@ -136,3 +136,16 @@ def ensure_installed() -> None:
         watcher = threading.Thread(target=_watch, name="xlalab-interrupts", daemon=True)
         watcher.start()
         _watcher.append(watcher)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker) has no watcher thread: it gets Python's handler
+    back, and the deferring one with a new watcher at its first xla op, if it makes one."""
+    _watcher.clear()
+    _held.clear()
+    _traced.clear()
+    if _signal.getsignal(_signal.SIGINT) is deferring and callable(_previous[0]):
+        _signal.signal(_signal.SIGINT, _previous[0])
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
