@@ -18,6 +18,7 @@ from __future__ import annotations
 import _signal
 import contextlib
 import functools
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,7 +27,7 @@ import torch
 import torch.autograd
 import torch.autograd.graph
 
-from . import interrupts, ir
+from . import ir
 
 _local = threading.local()
 
@@ -129,7 +130,7 @@ def _interrupts_held(hold: bool) -> Iterator[None]:
     in place would have. Raised inside the engine, in a Python callback torch cannot unwind
     through (the device guard's), it aborted the process: a notebook's kernel died. Backward on
     xla only records the graph, so the wait is short; a CPU backward keeps its interrupts."""
-    if not hold or _signal.getsignal(_signal.SIGINT) is interrupts.deferring:  # held there already
+    if not hold:
         yield
         return
     # _signal's functions, not signal's wrappers: those convert to and from enums, which cost
@@ -145,7 +146,9 @@ def _interrupts_held(hold: bool) -> Iterator[None]:
     finally:
         _signal.signal(_signal.SIGINT, previous)
         if held:
-            previous(*held[0])  # Python's own handler raises KeyboardInterrupt here
+            # The handler in place, from here: Python's raises KeyboardInterrupt; interrupts.py's
+            # raises it at the next line of the code that called backward.
+            previous(held[0][0], sys._getframe())
 
 
 _run_backward = torch.autograd.graph._engine_run_backward

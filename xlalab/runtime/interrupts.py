@@ -26,6 +26,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from types import FrameType
 from typing import Any
 
@@ -35,12 +36,10 @@ import torch
 # How long an interrupt waits for a line of a frame it may be raised in before it is sent again.
 PATIENCE_S = 0.2
 
-# Python code that C++ calls back, where an interrupt is not raised: these packages' files.
-_CALLED_BACK = tuple(
-    os.path.dirname(m.__file__) + os.sep
-    for m in (torch, jax, sys.modules["jaxlib"], sys.modules[__name__.split(".")[0]])
-    if m.__file__
-)
+# Python code that C++ calls back, where an interrupt is not raised: these packages' files,
+# and the finalizers the garbage collector runs (weakref.finalize's).
+_PACKAGES = (torch, jax, sys.modules["jaxlib"], sys.modules[__name__.split(".")[0]])
+_CALLED_BACK = (*[os.path.dirname(m.__file__) + os.sep for m in _PACKAGES if m.__file__], weakref.__file__)
 
 _previous: list[Any] = [None]  # the handler this one defers to
 _held: list[int] = []  # the signal number of an interrupt not yet delivered
