@@ -126,6 +126,24 @@ def _f64(h: Array | float) -> Array:
     return jnp.asarray(h, jnp.float64)
 
 
+def _kernel_grad(
+    p: Array, grad: Array, op: Any, grad_scale: Array | None, maximize: bool, weight_decay: Array | float
+) -> tuple[Array, Array | None]:
+    """The gradient the fused kernels (Adam's, SGD's, Adagrad's) step with, in the compute type
+    ``op``: unscaled (the unscaled gradient is also written back, as the kernels do), negated to
+    maximize, with weight decay added; and the written-back gradient (None without a scale)."""
+    g = grad.astype(op)
+    new_grad = None
+    if grad_scale is not None:
+        g = g / jnp.reshape(grad_scale, ()).astype(op)
+        new_grad = g.astype(grad.dtype)
+    if maximize:
+        g = -g
+    if _used(weight_decay):
+        g = g + p * _f64(weight_decay).astype(op)
+    return g, new_grad
+
+
 def _lerp(start: Array, end: Array, weight: Array) -> Array:
     """torch's ``lerp``: two formulas, picked by ``|weight| < 0.5`` (a graph input here)."""
     diff = end - start
@@ -158,18 +176,10 @@ def _adam_one(
     bias_correction2_sqrt = jnp.sqrt(bias_correction2).astype(op)
 
     p = param.astype(op)
-    g = grad.astype(op)
-    new_grad = None
-    if grad_scale is not None:
-        g = g / jnp.reshape(grad_scale, ()).astype(op)
-        new_grad = g.astype(grad.dtype)
-    if maximize:
-        g = -g
-    if _used(weight_decay):
-        if decoupled:
-            p = p * (1 - lr64 * _f64(weight_decay)).astype(op)
-        else:
-            g = g + p * _f64(weight_decay).astype(op)
+    if decoupled and _used(weight_decay):  # AdamW: the decay scales the parameter, not the gradient
+        p = p * (1 - lr64 * _f64(weight_decay)).astype(op)
+    coupled_decay = 0.0 if decoupled else weight_decay
+    g, new_grad = _kernel_grad(param.astype(op), grad, op, grad_scale, maximize, coupled_decay)
     m = _lerp(exp_avg.astype(op), g, (1 - _f64(beta1)).astype(op))  # exp_avg.lerp_(grad, 1 - beta1)
     v = exp_avg_sq.astype(op) * _f64(beta2).astype(op) + (1 - _f64(beta2)).astype(op) * g * g
     new_max = None
@@ -243,24 +253,6 @@ def _fused_adamw(*args: Any, **kwargs: Any) -> tuple[Array, ...]:
 
 
 # ---- SGD
-
-
-def _kernel_grad(
-    p: Array, grad: Array, op: Any, grad_scale: Array | None, maximize: bool, weight_decay: Array | float
-) -> tuple[Array, Array | None]:
-    """The gradient SGD's and Adagrad's CPU kernels step with, in the compute type ``op``: unscaled
-    (the unscaled gradient is also written back, as the kernels do), negated to maximize, with
-    weight decay added; and the written-back gradient (None without a scale)."""
-    g = grad.astype(op)
-    new_grad = None
-    if grad_scale is not None:
-        g = g / jnp.reshape(grad_scale, ()).astype(op)
-        new_grad = g.astype(grad.dtype)
-    if maximize:
-        g = -g
-    if _used(weight_decay):
-        g = g + p * _f64(weight_decay).astype(op)
-    return g, new_grad
 
 
 def _sgd_one(
