@@ -68,6 +68,17 @@ def _close(got: list[torch.Tensor], want: list[torch.Tensor], rtol: float = 1e-5
         )
 
 
+def _xla_matches_eager(run: Any, dev: torch.device) -> list[int]:
+    """Run ``run`` (device -> (parameters, compile counts)) eagerly and on xla, check the
+    parameters agree, and return xla's compile counts; metrics are cleared before the xla run."""
+    want, _ = run("cpu")
+    xlalab.mark_step()
+    met.clear_all()
+    got, compiles = run(dev)
+    _close(got, want)
+    return compiles  # type: ignore[no-any-return]
+
+
 # ----------------------------------------------------------------------------- every optimizer
 
 MakeOpt = Callable[[list[nn.Parameter]], optim.Optimizer]
@@ -359,11 +370,7 @@ def test_fused_step_with_every_hyperparameter_scheduled_compiles_once(name: str,
         model, compiles = _loop(device, lambda m: FUSED[name](list(m.parameters())), 5, after)
         return list(model.parameters()), compiles
 
-    want, _ = run("cpu")
-    xlalab.mark_step()
-    met.clear_all()
-    got, compiles = run(dev)
-    _close(got, want)
+    compiles = _xla_matches_eager(run, dev)
     assert compiles[1] == compiles[-1], compiles
     assert met.executed_fallback_ops() == []
 
@@ -488,11 +495,7 @@ def test_param_group_added_mid_training(dev: torch.device) -> None:
         model, compiles = _loop(device, opt_of, 5, after)
         return list(model.parameters()), compiles
 
-    want, _ = run("cpu")
-    xlalab.mark_step()
-    met.clear_all()
-    got, compiles = run(dev)
-    _close(got, want)
+    compiles = _xla_matches_eager(run, dev)
     assert compiles[3] == compiles[-1], compiles  # the new group's first step, then steady again
 
 
@@ -541,11 +544,7 @@ def test_gradient_accumulation_over_micro_batches(dev: torch.device) -> None:
             compiles.append(_compiles())
         return list(model.parameters()), compiles
 
-    want, _ = run("cpu")
-    xlalab.mark_step()
-    met.clear_all()
-    got, compiles = run(dev)
-    _close(got, want)
+    compiles = _xla_matches_eager(run, dev)
     assert compiles[1] == compiles[-1], compiles
 
 
